@@ -1,0 +1,76 @@
+"""Generation settings shared by every loop and frontend.
+
+One dataclass so the CLI, the TUI and the bench build the same thing, and so validation
+(with messages naming the flag) lives in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from localspec.errors import ConfigError
+
+METHODS = ("auto", "ar", "sd", "gbv", "spectr", "spectr-gbv", "mdbv", "parse")
+
+
+@dataclass
+class SamplingConfig:
+    """The transform applied to target AND draft logits (must match for losslessness)."""
+
+    temp: float = 0.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+
+    def validate(self) -> None:
+        if self.temp < 0:
+            raise ConfigError(f"--temp must be >= 0 (got {self.temp})")
+        if self.top_k < 0:
+            raise ConfigError(f"--top-k must be >= 0, 0 = off (got {self.top_k})")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"--top-p must be in (0, 1] (got {self.top_p})")
+        if not 0.0 <= self.min_p < 1.0:
+            raise ConfigError(f"--min-p must be in [0, 1) (got {self.min_p})")
+
+
+@dataclass
+class ParseConfig:
+    """PARSE options (see ALGORITHMS.md section 8)."""
+
+    judge: str = "likelihood"
+    cuts: int = 8
+    min_seg: int = 8
+    threshold: float = 0.5
+    gamma: float = 4.0
+    two_stage: bool = False
+    resume: str = "iterative"
+
+
+@dataclass
+class GenConfig:
+    """Everything one generation needs besides the models and the prompt."""
+
+    method: str = "auto"
+    K: int = 1
+    L: int = 8
+    n_predict: int = 256
+    seed: int | None = None
+    draft_temp: float | None = None
+    stop: list[str] = field(default_factory=list)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    parse: ParseConfig = field(default_factory=ParseConfig)
+    dynamic_draft: bool = True
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the flag at fault."""
+        if self.method not in METHODS:
+            raise ConfigError(f"--method must be one of {', '.join(METHODS)} (got {self.method!r})")
+        if self.K < 1:
+            raise ConfigError(f"-K/--drafts must be >= 1 (got {self.K})")
+        if self.L < 1:
+            raise ConfigError(f"-L/--draft-len must be >= 1 (got {self.L})")
+        if self.n_predict < 1:
+            raise ConfigError(f"-n/--n-predict must be >= 1 (got {self.n_predict})")
+        if self.draft_temp is not None and self.draft_temp < 0:
+            raise ConfigError(f"--draft-temp must be >= 0 (got {self.draft_temp})")
+        self.sampling.validate()

@@ -1,0 +1,189 @@
+"""Events: the only thing decoding loops hand to the outside world.
+
+Loops never print; the CLI, the TUI, the bench and tests consume these. Every piece of text
+the user sees arrives in exactly one of `Accepted.text` or `Written.text`, in order, so a
+frontend reconstructs the answer by concatenating those two kinds. `Drafted`, `Rejected`,
+`Judged` and `Cut` are for display and analysis only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+# Who wrote a token the user sees.
+#   "draft":      proposed by the draft model and accepted by the verifier / judge
+#   "correction": sampled by the target after a rejection (residual distribution)
+#   "bonus":      sampled by the target after a fully accepted block
+#   "target":     plain target decoding (AR, or PARSE regeneration)
+Provenance = Literal["draft", "correction", "bonus", "target"]
+
+
+@dataclass(frozen=True)
+class Drafted:
+    """Drafts proposed in one iteration (K drafts of up to L tokens; PARSE: one answer)."""
+
+    drafts: tuple[tuple[int, ...], ...]
+    texts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """Draft tokens kept: x[k][:tau]. `text` is what this adds to the visible answer."""
+
+    k: int
+    tau: int
+    tokens: tuple[int, ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """Draft tokens thrown away after the accepted prefix (shown struck through)."""
+
+    k: int
+    tokens: tuple[int, ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class Written:
+    """Tokens written by the target (correction, bonus, AR or PARSE regeneration)."""
+
+    tokens: tuple[int, ...]
+    text: str
+    kind: Provenance
+
+
+@dataclass(frozen=True)
+class Judged:
+    """PARSE: the target's scores for the cut points of a drafted answer.
+
+    cuts[i] is a prefix length in tokens of the drafted answer, cut_chars[i] the same prefix
+    length in characters of the drafted text; scores[i] in [0, 1] (higher = more trusted);
+    the last cut is always the whole answer.
+    """
+
+    judge: str
+    cuts: tuple[int, ...]
+    cut_chars: tuple[int, ...]
+    scores: tuple[float, ...]
+    threshold: float
+
+
+@dataclass(frozen=True)
+class Cut:
+    """PARSE: the chosen prefix length t* (tokens) of the drafted answer, out of n_draft."""
+
+    t_star: int
+    n_draft: int
+    char_star: int
+
+
+@dataclass
+class Stats:
+    """Running statistics of one generation (a snapshot is emitted after each iteration)."""
+
+    method: str = "ar"
+    K: int = 1
+    L: int = 0
+    prompt_tokens: int = 0
+    n_tokens: int = 0
+    iterations: int = 0
+    target_calls: int = 0
+    draft_calls: int = 0
+    accepted_lengths: list[int] = field(default_factory=list)
+    position_accepts: list[int] = field(default_factory=list)
+    position_trials: list[int] = field(default_factory=list)
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    overhead_seconds: float = 0.0
+    prompt_seconds: float = 0.0
+    seconds: float = 0.0
+    choice_note: str = ""
+
+    @property
+    def tok_per_s(self) -> float:
+        """Generated tokens per second, prompt processing excluded."""
+        return self.n_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def block_efficiency(self) -> float:
+        """Tokens emitted per target call (= E[tau] + 1 for block methods; 1 for AR)."""
+        return self.n_tokens / self.target_calls if self.target_calls else 0.0
+
+    def histogram(self) -> list[int]:
+        """Counts of accepted lengths 0..L."""
+        size = max([self.L, *self.accepted_lengths], default=0) + 1
+        hist = [0] * size
+        for t in self.accepted_lengths:
+            hist[t] += 1
+        return hist
+
+    def position_acceptance(self) -> list[float]:
+        """P(draft position i accepted | reached), i = 0..L-1."""
+        return [a / t if t else 0.0 for a, t in zip(self.position_accepts, self.position_trials)]
+
+    def record(self, tau: int, L: int) -> None:
+        """Account one verification that accepted tau of L draft tokens."""
+        self.accepted_lengths.append(tau)
+        if len(self.position_trials) < L:
+            grow = L - len(self.position_trials)
+            self.position_trials += [0] * grow
+            self.position_accepts += [0] * grow
+        for i in range(min(tau + 1, L)):
+            self.position_trials[i] += 1
+        for i in range(tau):
+            self.position_accepts[i] += 1
+
+    def copy(self) -> Stats:
+        """A snapshot safe to hand to another thread."""
+        s = Stats(**{k: v for k, v in self.__dict__.items()})
+        s.accepted_lengths = list(self.accepted_lengths)
+        s.position_accepts = list(self.position_accepts)
+        s.position_trials = list(self.position_trials)
+        return s
+
+    def to_json(self) -> dict:
+        """Fields of `run --json`."""
+        return {
+            "method": self.method,
+            "K": self.K,
+            "L": self.L,
+            "prompt_tokens": self.prompt_tokens,
+            "n_tokens": self.n_tokens,
+            "iterations": self.iterations,
+            "target_calls": self.target_calls,
+            "draft_calls": self.draft_calls,
+            "block_efficiency": self.block_efficiency,
+            "accepted_lengths": list(self.accepted_lengths),
+            "draft_seconds": self.draft_seconds,
+            "verify_seconds": self.verify_seconds,
+            "overhead_seconds": self.overhead_seconds,
+            "prompt_seconds": self.prompt_seconds,
+            "seconds": self.seconds,
+            "tok_per_s": self.tok_per_s,
+        }
+
+
+@dataclass(frozen=True)
+class StatsUpdate:
+    """A snapshot of Stats after an iteration."""
+
+    stats: Stats
+
+
+DoneReason = Literal["eog", "max_tokens", "stop", "context_full", "interrupted"]
+
+
+@dataclass(frozen=True)
+class Done:
+    """Generation ended. `text` is the whole visible answer of this turn."""
+
+    reason: DoneReason
+    text: str
+    stats: Stats
+    message: str = ""
+
+
+Event = Drafted | Accepted | Rejected | Written | Judged | Cut | StatsUpdate | Done
