@@ -60,6 +60,8 @@ class GenConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     parse: ParseConfig = field(default_factory=ParseConfig)
     dynamic_draft: bool = True
+    auto_K: bool = False  # K / L not given by the user: the cost model may choose them
+    auto_L: bool = False
 
     def validate(self) -> None:
         """Raise ConfigError naming the flag at fault."""

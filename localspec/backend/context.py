@@ -1,0 +1,130 @@
+"""A llama.cpp context: multi-sequence KV (unified), seq ops, logits as numpy views.
+
+Logits views stay valid only until the next decode on this context: callers read what they
+need (argmaxes, sparse rows) before decoding again; nothing copies whole 600 KB rows.
+"""
+
+from __future__ import annotations
+
+import os
+
+import llama_cpp
+import numpy as np
+
+from localspec.backend.batch import Batch
+from localspec.backend.model import Model
+from localspec.errors import ConfigError, ContextFullError, LocalspecError
+
+
+def default_threads() -> int:
+    """Physical-ish core count: llama.cpp is memory bound, more threads rarely help."""
+    n = os.cpu_count() or 2
+    return max(1, min(n, 8))
+
+
+class Context:
+    """KV cache + compute for one model; counts decodes and evaluated tokens for tests."""
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        n_ubatch: int | None = None,
+        n_seq_max: int = 16,
+        threads: int | None = None,
+    ) -> None:
+        if n_seq_max < 1 or n_seq_max > 256:
+            raise ConfigError(f"n_seq_max must be in 1..256 (got {n_seq_max})")
+        threads = threads or default_threads()
+        p = llama_cpp.llama_context_default_params()
+        p.n_ctx = n_ctx
+        p.n_batch = n_batch
+        p.n_ubatch = n_ubatch or n_batch
+        p.n_seq_max = n_seq_max
+        p.n_threads = threads
+        p.n_threads_batch = threads
+        p.kv_unified = True
+        p.no_perf = True
+        ptr = llama_cpp.llama_init_from_model(model.ptr, p)
+        if not ptr:
+            raise LocalspecError(f"llama.cpp could not create a context for {model.name} (n_ctx={n_ctx}); try a smaller --ctx")
+        self.model = model
+        self.ptr = ptr
+        self.mem = llama_cpp.llama_get_memory(ptr)
+        self.n_ctx = llama_cpp.llama_n_ctx(ptr)
+        self.n_batch = n_batch
+        self.n_seq_max = n_seq_max
+        self.threads = threads
+        self.n_vocab = model.n_vocab
+        self.batch = Batch(n_batch, n_seq_max)
+        self.n_decodes = 0
+        self.n_evaluated = 0
+        self._n_outputs = 0
+        self._view: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ compute
+    def decode(self, batch: Batch | None = None) -> None:
+        """One llama_decode of the batch (the context's own reusable batch by default)."""
+        b = batch or self.batch
+        if b.n == 0:
+            return
+        rc = llama_cpp.llama_decode(self.ptr, b.raw)
+        if rc == 1:
+            raise ContextFullError(
+                f"the context of {self.n_ctx} tokens is full ({self.model.name}); start a new "
+                "conversation or raise --ctx"
+            )
+        if rc != 0:
+            raise LocalspecError(f"llama_decode failed with code {rc} ({self.model.name})")
+        self.n_decodes += 1
+        self.n_evaluated += b.n
+        self._n_outputs = b.n_outputs
+        self._view = None
+
+    def logits(self, row: int) -> np.ndarray:
+        """Logits of output row `row` (the value Batch.add returned): a float32 view."""
+        return self.logits_all()[row]
+
+    def logits_all(self) -> np.ndarray:
+        """All output rows of the last decode, in batch order, as one (n_outputs, V) view.
+
+        Valid until the next decode on this context; nothing is copied.
+        """
+        if self._view is None:
+            ptr = llama_cpp.llama_get_logits(self.ptr)
+            self._view = np.ctypeslib.as_array(ptr, shape=(self._n_outputs, self.n_vocab))
+        return self._view
+
+    # ------------------------------------------------------------------ KV ops
+    def seq_rm(self, seq: int, p0: int = 0, p1: int = -1) -> None:
+        """Forget positions [p0, p1) of a sequence (p1 = -1: to the end; seq = -1: all)."""
+        llama_cpp.llama_memory_seq_rm(self.mem, seq, p0, p1)
+
+    def seq_cp(self, src: int, dst: int, p0: int = 0, p1: int = -1) -> None:
+        """Make positions [p0, p1) of src visible to dst too (no data copy in a unified KV)."""
+        llama_cpp.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
+
+    def seq_keep(self, seq: int) -> None:
+        """Drop every cell not belonging to seq."""
+        llama_cpp.llama_memory_seq_keep(self.mem, seq)
+
+    def pos_max(self, seq: int = 0) -> int:
+        """Largest position held by seq (-1 if empty)."""
+        return int(llama_cpp.llama_memory_seq_pos_max(self.mem, seq))
+
+    def clear(self) -> None:
+        llama_cpp.llama_memory_clear(self.mem, True)
+
+    def close(self) -> None:
+        if self.ptr:
+            self.batch.free()
+            llama_cpp.llama_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self) -> None:  # pragma: no cover
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass

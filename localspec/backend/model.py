@@ -1,0 +1,178 @@
+"""A loaded GGUF model: vocabulary, tokenizer, UTF-8-safe detokenizer, chat template.
+
+Everything here is per-model and stateless with respect to generation (contexts hold the KV
+state), so one Model can back several contexts.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+from pathlib import Path
+
+import llama_cpp
+
+from localspec.backend.logs import configure_logging
+from localspec.errors import BadModelFileError, ModelNotFoundError, VocabMismatchError
+
+# llama.cpp's own speculative examples compare token texts from this id on (the first ids
+# are special tokens that often differ between otherwise compatible models).
+VOCAB_CHECK_START_ID = 5
+VOCAB_MAX_SIZE_DIFF = 128
+
+
+class Model:
+    """A GGUF model loaded with llama.cpp (logs silenced unless verbose)."""
+
+    def __init__(self, path: str | Path, *, verbose: bool = False, use_mmap: bool = True) -> None:
+        path = Path(path)
+        if not path.is_file():
+            raise ModelNotFoundError(f"model file not found: {path}")
+        configure_logging(verbose)
+        params = llama_cpp.llama_model_default_params()
+        params.use_mmap = use_mmap
+        params.n_gpu_layers = 0
+        ptr = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if not ptr:
+            raise BadModelFileError(
+                f"llama.cpp could not load {path} (not a GGUF model of a supported architecture, "
+                "or a truncated file); run with --verbose to see llama.cpp's reason"
+            )
+        self.path = path
+        self.name = path.name
+        self.ptr = ptr
+        self.vocab = llama_cpp.llama_model_get_vocab(ptr)
+        self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.bos: int = llama_cpp.llama_vocab_bos(self.vocab)
+        self.eos: int = llama_cpp.llama_vocab_eos(self.vocab)
+        self.add_bos: bool = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+        self.vocab_type: int = llama_cpp.llama_vocab_type(self.vocab)
+        self.n_ctx_train: int = llama_cpp.llama_model_n_ctx_train(ptr)
+        self._piece_cache: dict[int, bytes] = {}
+        self._eog_cache: dict[int, bool] = {}
+
+    # ------------------------------------------------------------------ metadata
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as a string (None if absent)."""
+        size = 1 << 16
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_model_meta_val_str(self.ptr, key.encode(), buf, size)
+            if n < 0:
+                return None
+            if n < size:
+                return buf.value.decode("utf-8", errors="replace")
+            size = n + 1
+
+    def chat_template(self) -> str | None:
+        """The jinja chat template stored in the GGUF (None if the model has none)."""
+        raw = llama_cpp.llama_model_chat_template(self.ptr, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    def token_text(self, token: int) -> bytes:
+        """Raw vocabulary text of a token (as stored, e.g. with the BPE space marker)."""
+        return llama_cpp.llama_vocab_get_text(self.vocab, token) or b""
+
+    # ------------------------------------------------------------------ tokens
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """Text -> token ids. parse_special lets template markers (<|im_start|>) be one token."""
+        data = text.encode("utf-8")
+        n_max = len(data) + 8
+        buf = (llama_cpp.llama_token * n_max)()
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            n_max = -n
+            buf = (llama_cpp.llama_token * n_max)()
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """Bytes a token contributes to the text (cached: called on every emitted token)."""
+        got = self._piece_cache.get(token)
+        if got is None:
+            buf = ctypes.create_string_buffer(64)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+            got = buf.raw[:n]
+            self._piece_cache[token] = got
+        return got
+
+    def detokenize(self, tokens: list[int] | tuple[int, ...]) -> str:
+        """Token ids -> text (invalid UTF-8 replaced; use Detokenizer for streams)."""
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        """End-of-generation token (EOS, EOT, <|im_end|>, ...)."""
+        got = self._eog_cache.get(token)
+        if got is None:
+            got = bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+            self._eog_cache[token] = got
+        return got
+
+    def close(self) -> None:
+        if self.ptr:
+            llama_cpp.llama_model_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class Detokenizer:
+    """Incremental token -> text that never splits a UTF-8 character.
+
+    Byte-level BPE tokens can end in the middle of a multi-byte character; an incremental
+    decoder holds those bytes back until the character is complete.
+    """
+
+    def __init__(self, model: Model) -> None:
+        self._model = model
+        self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, tokens: list[int] | tuple[int, ...]) -> str:
+        """Text completed by these tokens (may be '' while a character is incomplete)."""
+        return self._dec.decode(b"".join(self._model.piece(t) for t in tokens))
+
+    def flush(self) -> str:
+        """Whatever is held back (replacement chars if the stream ended mid-character)."""
+        return self._dec.decode(b"", final=True)
+
+    def peek(self, tokens: list[int] | tuple[int, ...]) -> str:
+        """Text these tokens WOULD add, without consuming them (for rejected drafts)."""
+        state = self._dec.getstate()
+        try:
+            return self.push(tokens) + self._dec.decode(b"", final=True)
+        finally:
+            self._dec.setstate(state)
+
+
+def check_vocab_compat(target: Model, draft: Model) -> None:
+    """Raise VocabMismatchError unless the draft can speculate for the target.
+
+    Mirrors llama.cpp's speculative check: same vocab type, same BOS/EOS (and add-BOS), vocab
+    sizes within 128, identical token text from id 5 on.
+    """
+    names = f"target {target.name} vs draft {draft.name}"
+    if target.vocab_type != draft.vocab_type:
+        raise VocabMismatchError(f"vocabulary types differ ({names}): {target.vocab_type} vs {draft.vocab_type}")
+    if target.add_bos != draft.add_bos or (target.add_bos and target.bos != draft.bos):
+        raise VocabMismatchError(f"BOS tokens differ ({names}): {target.bos} vs {draft.bos}")
+    if target.eos != draft.eos:
+        raise VocabMismatchError(f"EOS tokens differ ({names}): {target.eos} vs {draft.eos}")
+    diff = abs(target.n_vocab - draft.n_vocab)
+    if diff > VOCAB_MAX_SIZE_DIFF:
+        raise VocabMismatchError(
+            f"vocabulary sizes differ by {diff} > {VOCAB_MAX_SIZE_DIFF} ({names}): "
+            f"{target.n_vocab} vs {draft.n_vocab} tokens; pick a draft of the same model family"
+        )
+    for tok in range(VOCAB_CHECK_START_ID, min(target.n_vocab, draft.n_vocab)):
+        a, b = target.token_text(tok), draft.token_text(tok)
+        if a != b:
+            raise VocabMismatchError(
+                f"token {tok} differs ({names}): {a!r} vs {b!r}; pick a draft of the same model family"
+            )

@@ -1,0 +1,209 @@
+"""`localspec` command line: run, chat, models, bench.
+
+Bad input becomes one line on stderr and exit code 2 (no traceback); Ctrl-C exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable
+
+from localspec import __version__
+from localspec.cli_args import add_gen_args, add_model_args, gen_config, session_options
+from localspec.errors import LocalspecError
+from localspec.events import Done, Event, Stats
+
+EPILOG = """examples:
+  localspec chat                                   # default pair, fetched on first use
+  localspec run -m qwen2.5-coder-1.5b -md qwen2.5-coder-0.5b -p "Write quicksort in Python"
+  localspec run -m target.gguf -md draft.gguf --method mdbv -K 3 -L 6 --temp 0.7 -p "..."
+  localspec run ... --explain                      # why the cost model chose what it chose
+  localspec models list | fetch NAME | path NAME | verify NAME | quantize SRC --type Q4_0
+  localspec bench speed --quick
+"""
+
+
+def _stats_line(st: Stats) -> str:
+    parts = [f"{st.n_tokens} tokens in {st.seconds:.2f}s = {st.tok_per_s:.1f} tok/s", f"method {st.method}"]
+    if st.method != "ar":
+        parts.append(f"K={st.K} L={st.L} block efficiency {st.block_efficiency:.2f}")
+        parts.append(
+            f"draft {st.draft_seconds:.2f}s / verify {st.verify_seconds:.2f}s / overhead {st.overhead_seconds:.2f}s"
+        )
+    parts.append(f"prompt {st.prompt_tokens} tok in {st.prompt_seconds:.2f}s")
+    return "[" + " | ".join(parts) + "]"
+
+
+def _stream(events: Iterable[Event], out=sys.stdout) -> Done:
+    """Print visible text as it arrives; return the Done event."""
+    from localspec.events import Accepted, Written
+
+    done = None
+    for ev in events:
+        if isinstance(ev, Accepted | Written) and ev.text:
+            out.write(ev.text)
+            out.flush()
+        elif isinstance(ev, Done):
+            done = ev
+    assert done is not None
+    return done
+
+
+def _resolve_pair(a: argparse.Namespace, *, need_default: bool) -> tuple[str, str | None]:
+    from localspec.models import default_pair
+
+    target, draft = a.target, a.draft
+    if target is None and need_default:
+        target, d = default_pair()
+        draft = draft or d
+    if target is None:
+        raise LocalspecError("no target model: pass -m/--target NAME_OR_PATH (see `localspec models list`)")
+    return target, draft
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from localspec.session import open_session
+
+    cfg = gen_config(a)
+    prompt = a.prompt
+    if a.file:
+        try:
+            with open(a.file, encoding="utf-8") as fh:
+                prompt = fh.read()
+        except OSError as e:
+            raise LocalspecError(f"cannot read prompt file {a.file}: {e.strerror}") from None
+    if prompt is None:
+        raise LocalspecError("no prompt: pass -p/--prompt TEXT or -f/--file PATH")
+    target, draft = _resolve_pair(a, need_default=False)
+    if cfg.method == "ar" and not a.explain:
+        draft = None if a.draft is None else draft
+    sess = open_session(target, draft, session_options(a))
+    if a.explain:
+        from localspec.costmodel import explain
+
+        print(explain(sess, cfg), file=sys.stderr)
+    done = _stream(sess.complete(prompt, cfg, chat=not a.raw))
+    st = done.stats
+    if done.message:
+        print(f"\n[{done.message}]", file=sys.stderr)
+    if a.json:
+        if not done.text.endswith("\n"):
+            print()
+        payload = {
+            "method": st.method,
+            "target": target,
+            "draft": draft,
+            "text": done.text,
+            "stop_reason": done.reason,
+            "tok_per_s": st.tok_per_s,
+            "parse": getattr(st, "parse", None),
+            **st.to_json(),
+        }
+        print(json.dumps(payload))
+    else:
+        print()
+        print(_stats_line(st), file=sys.stderr)
+    return 0
+
+
+def cmd_chat(a: argparse.Namespace) -> int:
+    from localspec.session import open_session
+
+    cfg = gen_config(a)
+    target, draft = _resolve_pair(a, need_default=True)
+    plain = a.plain or not sys.stdin.isatty() or not sys.stdout.isatty()
+    if not plain:
+        try:
+            from localspec.tui import run_tui
+        except ImportError:
+            plain = True
+    if not plain:
+        opts = session_options(a)
+        return run_tui(lambda progress: open_session(target, draft, opts, progress), cfg, f"{target} <- {draft}")
+    sess = open_session(target, draft, session_options(a))
+    print(f"localspec chat: {target} <- {draft} (method {cfg.method}); Ctrl-C stops a reply, Ctrl-D quits",
+          file=sys.stderr)
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            print()
+            return 0
+        except KeyboardInterrupt:
+            print()
+            return 0
+        if not line.strip():
+            continue
+        if line.strip() in ("/reset", "/clear"):
+            sess.reset()
+            continue
+        try:
+            done = _stream(sess.chat(line, cfg))
+            print()
+            print(_stats_line(done.stats), file=sys.stderr)
+        except KeyboardInterrupt:
+            print("\n[interrupted]", file=sys.stderr)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="localspec",
+        description="Speculative generation on llama.cpp: a small draft proposes, a big target checks.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"localspec {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    r = sub.add_parser("run", help="generate one answer and print it (+ stats, or --json)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_model_args(r, default_pair=False)
+    r.add_argument("-p", "--prompt", default=None, help="prompt text (chat-templated unless --raw)")
+    r.add_argument("-f", "--file", default=None, help="read the prompt from a file")
+    r.add_argument("--raw", action="store_true", help="no chat template: plain text completion")
+    r.add_argument("--json", action="store_true", help="print one JSON object with text and stats as the last line")
+    r.add_argument("--explain", action="store_true", help="print the cost model's prediction table and choice")
+    add_gen_args(r)
+    r.set_defaults(func=cmd_run)
+
+    c = sub.add_parser("chat", help="multi-turn chat (TUI; --plain for a line REPL)")
+    add_model_args(c, default_pair=True)
+    c.add_argument("--plain", action="store_true", help="line-based REPL instead of the TUI")
+    add_gen_args(c)
+    c.set_defaults(func=cmd_chat)
+
+    try:
+        from localspec import cli_models
+
+        cli_models.register(sub)
+    except ImportError:  # pragma: no cover - during development only
+        pass
+    try:
+        from localspec.bench import cli as bench_cli
+
+        bench_cli.register(sub)
+    except ImportError:  # pragma: no cover
+        pass
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    if not getattr(a, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(a.func(a) or 0)
+    except LocalspecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Shared argparse flags (llama.cpp-compatible aliases) -> GenConfig / SessionOptions."""
+
+from __future__ import annotations
+
+import argparse
+
+from localspec.config import METHODS, GenConfig, ParseConfig, SamplingConfig
+from localspec.session import SessionOptions
+
+
+def add_model_args(p: argparse.ArgumentParser, *, default_pair: bool) -> None:
+    g = p.add_argument_group("models")
+    g.add_argument("-m", "--target", "--model", dest="target", default=None,
+                   help="target model: registry name (see `localspec models list`) or a .gguf path"
+                   + (" (default: the default pair's target)" if default_pair else ""))
+    g.add_argument("-md", "--draft", "--model-draft", dest="draft", default=None,
+                   help="draft model: registry name or .gguf path (same tokenizer as the target)"
+                   + (" (default: the default pair's draft)" if default_pair else ""))
+    g.add_argument("--ctx", "-c", type=int, default=4096, help="context size in tokens (default 4096)")
+    g.add_argument("--batch", "-b", type=int, default=512, help="max tokens per llama_decode (default 512)")
+    g.add_argument("--threads", "-t", type=int, default=None, help="CPU threads (default: all cores, max 8)")
+    g.add_argument("--verbose", action="store_true", help="show llama.cpp's own logs")
+
+
+def add_gen_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("generation")
+    g.add_argument("--method", default="auto", choices=METHODS,
+                   help="auto (cost model picks, falls back to AR), ar, sd (token-level), gbv (block), "
+                   "spectr (multi-draft), spectr-gbv (published; NOT lossless for K>=2), "
+                   "mdbv (lossless multi-draft block), parse (lossy: judge whole answers)")
+    g.add_argument("-K", "--drafts", dest="K", type=int, default=None, help="drafts per iteration (default: auto/1)")
+    g.add_argument("-L", "--draft-len", "--spec-draft-n-max", "--draft-max", dest="L", type=int, default=None,
+                   help="max draft tokens per iteration (default: auto/8)")
+    g.add_argument("-n", "--n-predict", dest="n_predict", type=int, default=256, help="max tokens to generate")
+    g.add_argument("--temp", type=float, default=0.0, help="target temperature (0 = greedy, default)")
+    g.add_argument("--draft-temp", type=float, default=None,
+                   help="draft sampling temperature (default: same as --temp); >0 keeps K>1 useful at T=0")
+    g.add_argument("--top-k", type=int, default=40, help="top-k (0 = off; default 40)")
+    g.add_argument("--top-p", type=float, default=0.95, help="top-p (1 = off; default 0.95)")
+    g.add_argument("--min-p", type=float, default=0.05, help="min-p (0 = off; default 0.05)")
+    g.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
+    g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    g.add_argument("--no-dynamic-draft", action="store_true", help="always draft L tokens (no confidence cut-off)")
+    pa = p.add_argument_group("PARSE (--method parse)")
+    pa.add_argument("--parse-judge", default="likelihood", choices=["prompt", "likelihood", "hybrid"])
+    pa.add_argument("--parse-cuts", type=int, default=8, help="max cut points judged per pass")
+    pa.add_argument("--parse-min-seg", type=int, default=8, help="min tokens between cut points")
+    pa.add_argument("--parse-threshold", type=float, default=None, help="judge threshold tau (prompt/hybrid)")
+    pa.add_argument("--parse-gamma", type=float, default=None, help="likelihood gap bound gamma (nats)")
+    pa.add_argument("--parse-two-stage", action="store_true", help="judge the whole answer alone first")
+    pa.add_argument("--parse-resume", default="iterative", choices=["iterative", "target"],
+                    help="after a cut: re-draft (iterative) or let the target finish")
+
+
+def gen_config(a: argparse.Namespace) -> GenConfig:
+    parse = ParseConfig(judge=a.parse_judge, cuts=a.parse_cuts, min_seg=a.parse_min_seg,
+                        two_stage=a.parse_two_stage, resume=a.parse_resume)
+    if a.parse_threshold is not None:
+        parse.threshold = a.parse_threshold
+    if a.parse_gamma is not None:
+        parse.gamma = a.parse_gamma
+    cfg = GenConfig(
+        method=a.method,
+        K=a.K if a.K is not None else 1,
+        L=a.L if a.L is not None else 8,
+        n_predict=a.n_predict,
+        seed=a.seed,
+        draft_temp=a.draft_temp,
+        stop=list(a.stop),
+        sampling=SamplingConfig(temp=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p),
+        parse=parse,
+        dynamic_draft=not a.no_dynamic_draft,
+        auto_K=a.K is None,
+        auto_L=a.L is None,
+    )
+    cfg.validate()
+    return cfg
+
+
+def session_options(a: argparse.Namespace) -> SessionOptions:
+    return SessionOptions(n_ctx=a.ctx, n_batch=a.batch, threads=a.threads, verbose=a.verbose)

@@ -1,0 +1,1 @@
+"""Decoding loops: drive backend contexts and verifiers, yield Events, never print."""

@@ -1,0 +1,90 @@
+"""What a context's main sequence (seq 0) holds, and tokens committed but not yet evaluated.
+
+Invariant: `tokens` are exactly the tokens whose KV is in seq 0 at positions 0..len-1, and
+`pending` are committed tokens the next decode must evaluate first (the last committed token,
+plus the last accepted draft token when the draft model never evaluated it). Keeping this
+explicit is what lets every loop avoid re-evaluating accepted tokens.
+"""
+
+from __future__ import annotations
+
+from localspec.backend import Context
+from localspec.errors import ContextFullError
+
+MAIN = 0  # main sequence id; drafts / PARSE cuts use 1..n_seq_max-1
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class KVState:
+    """Bookkeeping of one context's main sequence."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.tokens: list[int] = []
+        self.pending: list[int] = []
+
+    @property
+    def n_past(self) -> int:
+        """Position of the first pending token."""
+        return len(self.tokens)
+
+    @property
+    def committed(self) -> list[int]:
+        return self.tokens + self.pending
+
+    def sync(self, target: list[int]) -> int:
+        """Make seq 0 hold target[:-1] with target[-1] pending, reusing the cached prefix.
+
+        Returns the number of tokens evaluated (0 when the prefix was already cached): the
+        second turn of a chat only evaluates its own new tokens.
+        """
+        if not target:
+            raise ValueError("empty prompt")
+        if len(target) >= self.ctx.n_ctx:
+            raise ContextFullError(
+                f"the prompt has {len(target)} tokens but the context holds {self.ctx.n_ctx}: "
+                "shorten it, start a new conversation, or raise --ctx"
+            )
+        keep = common_prefix(self.tokens, target[:-1])
+        self.drop_drafts()
+        if keep < len(self.tokens):
+            self.ctx.seq_rm(MAIN, keep, -1)
+            del self.tokens[keep:]
+        todo = target[keep:-1]
+        n_batch = self.ctx.n_batch
+        for start in range(0, len(todo), n_batch):
+            chunk = todo[start : start + n_batch]
+            b = self.ctx.batch.clear()
+            b.add_sequence(chunk, len(self.tokens), MAIN, logits_last=False)
+            self.ctx.decode()
+            self.tokens.extend(chunk)
+        self.pending = [target[-1]]
+        return len(todo)
+
+    def drop_drafts(self) -> None:
+        """Forget every non-main sequence (rejected drafts, PARSE copies)."""
+        for seq in range(1, self.ctx.n_seq_max):
+            self.ctx.seq_rm(seq, 0, -1)
+
+    def share_main(self, seqs: range | list[int]) -> None:
+        """Let sequences see the main history (cells gain the ids; no data copy)."""
+        for seq in seqs:
+            self.ctx.seq_cp(MAIN, seq, 0, -1)
+
+    def repair(self) -> None:
+        """After an interruption: drop drafts and anything past the recorded tokens."""
+        self.drop_drafts()
+        self.ctx.seq_rm(MAIN, len(self.tokens), -1)
+
+    def reset(self) -> None:
+        self.ctx.clear()
+        self.tokens = []
+        self.pending = []
