@@ -122,7 +122,7 @@ class Stats:
 
     def position_acceptance(self) -> list[float]:
         """P(draft position i accepted | reached), i = 0..L-1."""
-        return [a / t if t else 0.0 for a, t in zip(self.position_accepts, self.position_trials)]
+        return [a / t if t else 0.0 for a, t in zip(self.position_accepts, self.position_trials, strict=True)]
 
     def record(self, tau: int, L: int) -> None:
         """Account one verification that accepted tau of L draft tokens."""

@@ -69,6 +69,23 @@ class KVState:
         self.pending = [target[-1]]
         return len(todo)
 
+    def sync_to(self, committed: list[int]) -> None:
+        """Catch up with tokens committed elsewhere (the draft follows the target).
+
+        Tokens not yet evaluated become pending, so the next decode evaluates them together
+        with its own work; a diverged history is cut back to the common prefix first.
+        """
+        if self.tokens + self.pending == committed:
+            return
+        keep = common_prefix(self.tokens, committed[:-1])
+        if keep < len(self.tokens):
+            self.ctx.seq_rm(MAIN, keep, -1)
+            del self.tokens[keep:]
+        if len(committed) - keep > self.ctx.n_batch // 2:
+            self.sync(committed)
+        else:
+            self.pending = committed[keep:]
+
     def drop_drafts(self) -> None:
         """Forget every non-main sequence (rejected drafts, PARSE copies)."""
         for seq in range(1, self.ctx.n_seq_max):

@@ -1,0 +1,114 @@
+"""Proposer: K i.i.d. drafts of up to L tokens from the draft model, in lockstep.
+
+One llama_decode per draft step carries the newest token of every distinct draft; drafts
+that are still identical share their tokens (one trie node, the seq ids of all its drafts),
+so K drafts that agree cost what one costs. Only the sparse probability rows the verifier
+needs are kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from localspec.config import SamplingConfig
+from localspec.decode.state import MAIN, KVState
+from localspec.sampling import SparseRow, sample_row, transform_row
+
+
+@dataclass
+class Node:
+    """A trie node: token at depth (1-based) shared by drafts `members` (0-based draft ids)."""
+
+    token: int
+    depth: int
+    members: list[int]
+    parent: int  # node index, -1 for the root
+
+    @property
+    def seq_ids(self) -> list[int]:
+        return [k + 1 for k in self.members]
+
+
+@dataclass
+class DraftTrie:
+    """K drafts as a prefix trie plus the draft rows they were sampled from."""
+
+    K: int
+    nodes: list[Node] = field(default_factory=list)
+    path: list[list[int]] = field(default_factory=list)  # path[k][i] = node of draft k, depth i+1
+    q: list[list[SparseRow]] = field(default_factory=list)  # q[k][i] = row token i was drawn from
+    evaluated_depth: int = 0  # nodes of depth <= this are in the draft KV
+
+    @property
+    def L(self) -> int:
+        return len(self.path[0]) if self.path else 0
+
+    def tokens(self) -> np.ndarray:
+        """(K, L) int array of draft tokens."""
+        return np.array([[self.nodes[n].token for n in p] for p in self.path], dtype=np.int64).reshape(self.K, -1)
+
+
+def propose(
+    dft: KVState,
+    K: int,
+    L: int,
+    sampling: SamplingConfig,
+    gen: np.random.Generator,
+    min_confidence: float = 0.0,
+) -> DraftTrie:
+    """Draft K x up to L tokens. dft.pending is evaluated first (with every draft's seq id).
+
+    Drafting stops early (length >= 1) when every draft's row has top probability below
+    min_confidence: the cost model sets that cut-off from measured costs.
+    """
+    ctx = dft.ctx
+    trie = DraftTrie(K=K, path=[[] for _ in range(K)], q=[[] for _ in range(K)])
+    all_ids = list(range(0, K + 1))
+    dft.share_main(range(1, K + 1))
+    b = ctx.batch.clear()
+    row = b.add_sequence(dft.pending, dft.n_past, all_ids, True)
+    ctx.decode()
+    base = dft.n_past + len(dft.pending)  # position of depth-1 tokens
+    frontier: list[tuple[int, SparseRow, list[int]]] = [(-1, transform_row(ctx.logits(row), sampling), list(range(K)))]
+    for depth in range(1, L + 1):
+        if depth > 1 and min_confidence > 0.0:
+            if max(float(r.probs[0]) for _, r, _ in frontier) < min_confidence:
+                break
+        new_nodes: list[int] = []
+        for parent, r, members in frontier:
+            groups: dict[int, list[int]] = {}
+            for k in members:
+                tok = sample_row(r, gen)
+                groups.setdefault(tok, []).append(k)
+                trie.q[k].append(r)
+            for tok, ks in groups.items():
+                trie.nodes.append(Node(tok, depth, ks, parent))
+                idx = len(trie.nodes) - 1
+                new_nodes.append(idx)
+                for k in ks:
+                    trie.path[k].append(idx)
+        if depth == L:
+            break
+        b = ctx.batch.clear()
+        rows = [b.add(trie.nodes[n].token, base + depth - 1, trie.nodes[n].seq_ids, True) for n in new_nodes]
+        ctx.decode()
+        trie.evaluated_depth = depth
+        frontier = [
+            (n, transform_row(ctx.logits(r), sampling), trie.nodes[n].members) for n, r in zip(new_nodes, rows, strict=True)
+        ]
+    return trie
+
+
+def commit_draft(dft: KVState, trie: DraftTrie, k: int, tau: int, correction: int) -> None:
+    """Keep draft k's first tau tokens as the draft's main sequence; y becomes pending."""
+    keep = min(tau, trie.evaluated_depth)
+    base = dft.n_past + len(dft.pending)
+    toks = [trie.nodes[n].token for n in trie.path[k][:tau]]
+    if keep:
+        dft.ctx.seq_cp(k + 1, MAIN, base, base + keep)
+    dft.drop_drafts()
+    dft.tokens.extend(dft.pending)
+    dft.tokens.extend(toks[:keep])
+    dft.pending = toks[keep:] + [correction]

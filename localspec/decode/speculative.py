@@ -1,0 +1,128 @@
+"""The speculative loop: draft K x L -> ONE target decode over the draft trie -> verify -> commit.
+
+Reads top to bottom as one iteration: propose (draft context), score (one llama_decode: the
+pending token plus every trie node once, with the seq ids of all drafts through it), verify
+(a pure function from localspec.verify on rows compacted to the union of their supports),
+commit (accepted draft's KV becomes the main sequence in both contexts, nothing is
+re-evaluated), emit events.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import numpy as np
+
+from localspec.decode.proposer import DraftTrie, commit_draft, propose
+from localspec.decode.state import MAIN, KVState
+from localspec.decode.turn import Turn
+from localspec.events import Accepted, Drafted, Event, Rejected, Written
+from localspec.sampling import SparseRow, greedy_rows, transform_row
+from localspec.verify import VERIFIERS, Decision, NumpyRNG
+
+
+def score(tgt: KVState, trie: DraftTrie) -> list[int]:
+    """One target decode; returns the output row of each trie node (index = node id), root last."""
+    ctx = tgt.ctx
+    K = trie.K
+    b = ctx.batch.clear()
+    root = b.add_sequence(tgt.pending, tgt.n_past, list(range(K + 1)), True)
+    base = tgt.n_past + len(tgt.pending)
+    rows = [b.add(n.token, base + n.depth - 1, n.seq_ids, True) for n in trie.nodes]
+    tgt.share_main(range(1, K + 1))
+    ctx.decode()
+    return rows + [root]
+
+
+def _compact(rows: list[SparseRow], extra: np.ndarray) -> np.ndarray:
+    """Sorted union of the supports of `rows` and the tokens in `extra`."""
+    return np.unique(np.concatenate([r.ids for r in rows] + [extra.ravel()]))
+
+
+def verify_block(
+    turn: Turn, trie: DraftTrie, rows: list[int], method: str, rng: NumpyRNG
+) -> Decision:
+    """Build p (K, L+1, V') and q (K, L, V') over the union vocabulary V' and call the verifier."""
+    ctx = turn.target.ctx
+    K, L = trie.K, trie.L
+    x = trie.tokens()
+    root_row = rows[-1]
+    out_rows = [[root_row] + [rows[n] for n in trie.path[k]] for k in range(K)]  # (K, L+1) output rows
+    logits = ctx.logits_all()
+    if turn.cfg.sampling.temp <= 0.0:
+        amax = greedy_rows(logits)  # one pass over the rows, no transform
+        tgt_rows = {r: SparseRow(np.array([amax[r]]), np.ones(1)) for r in set(sum(out_rows, []))}
+    else:
+        tgt_rows = {r: transform_row(logits[r], turn.cfg.sampling) for r in set(sum(out_rows, []))}
+    q_rows = [r for qk in trie.q for r in qk]
+    vocab = _compact(list(tgt_rows.values()) + q_rows, x)
+    V = vocab.size
+    p = np.zeros((K, L + 1, V))
+    q = np.zeros((K, L, V))
+    for k in range(K):
+        for i, r in enumerate(out_rows[k]):
+            row = tgt_rows[r]
+            p[k, i, np.searchsorted(vocab, row.ids)] = row.probs
+        for i, row in enumerate(trie.q[k]):
+            q[k, i, np.searchsorted(vocab, row.ids)] = row.probs
+    xc = np.searchsorted(vocab, x)
+    d = VERIFIERS[method](rng, p, q, xc)
+    return replace(d, token=int(vocab[d.token]))
+
+
+def speculative_loop(turn: Turn) -> Iterator[Event]:
+    """Generate with K drafts of L tokens per target call, verified by `method`."""
+    assert turn.draft is not None and turn.draft_model is not None
+    cfg, stats, emitter = turn.cfg, turn.stats, turn.emitter
+    tgt, dft = turn.target, turn.draft
+    method = getattr(turn, "method", cfg.method)
+    rng = NumpyRNG(turn.rng)
+    dsampling = replace(cfg.sampling, temp=cfg.sampling.temp if cfg.draft_temp is None else cfg.draft_temp)
+    min_conf = getattr(turn, "min_confidence", 0.0) if cfg.dynamic_draft else 0.0
+    model = turn.target_model
+    while not turn.should_stop():
+        K = cfg.K
+        L = min(cfg.L, emitter.remaining + 1)
+        room = tgt.ctx.n_ctx - max(tgt.n_past + len(tgt.pending), dft.n_past + len(dft.pending))
+        L = min(L, room - 1)
+        if L < 1:
+            emitter.close("context_full")
+            return
+        t0 = time.perf_counter()
+        dft.sync_to(tgt.committed)
+        trie = propose(dft, K, L, dsampling, turn.rng, min_conf)
+        t1 = time.perf_counter()
+        rows = score(tgt, trie)
+        t2 = time.perf_counter()
+        d = verify_block(turn, trie, rows, method, rng)
+        # commit: accepted draft's KV becomes seq 0 in both contexts
+        x = trie.tokens()
+        acc = [int(t) for t in x[d.k, : d.tau]]
+        base = tgt.n_past + len(tgt.pending)
+        if d.tau:
+            tgt.ctx.seq_cp(d.k + 1, MAIN, base, base + d.tau)
+        tgt.drop_drafts()
+        tgt.tokens.extend(tgt.pending)
+        tgt.tokens.extend(acc)
+        tgt.pending = [d.token]
+        commit_draft(dft, trie, d.k, d.tau, d.token)
+        stats.iterations += 1
+        stats.target_calls += 1
+        stats.draft_calls += trie.evaluated_depth + 1
+        stats.record(d.tau, trie.L)
+        yield Drafted(tuple(tuple(int(t) for t in row) for row in x), tuple(model.detokenize(row) for row in x))
+        taken, text = emitter.push(acc)
+        yield Accepted(d.k, d.tau, tuple(acc[:taken]), text)
+        rej = tuple(int(t) for t in x[d.k, d.tau :])
+        if rej:
+            yield Rejected(d.k, rej, emitter.detok.peek(rej) if not emitter.done else model.detokenize(rej))
+        if not emitter.done:
+            _, text = emitter.push([d.token])
+            yield Written((d.token,), text, "bonus" if d.tau == trie.L else "correction")
+        t3 = time.perf_counter()
+        stats.draft_seconds += t1 - t0
+        stats.verify_seconds += t2 - t1
+        stats.overhead_seconds += t3 - t2
+        yield turn.tick()
