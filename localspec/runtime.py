@@ -146,9 +146,11 @@ class RuntimeSession(Session):
         if method == "auto":
             if self.draft is None:
                 return ar_loop, "ar"
-            from localspec.costmodel import choose_method
+            from localspec.costmodel import model_for
+            from localspec.decode.auto import auto_loop
 
-            method = choose_method(self, cfg)
+            self.costs = model_for(self)
+            return auto_loop, "auto"
         if method == "ar":
             return ar_loop, "ar"
         if method == "parse":
@@ -180,7 +182,8 @@ class RuntimeSession(Session):
             draft_model=self.draft_model,
             draft=self.draft,
         )
-        turn.method = method  # type: ignore[attr-defined]
+        turn.method = method
+        turn.costs = self.costs
         return self._drive(loop, turn, tokens, prompt_text)
 
     def _drive(self, loop, turn: Turn, tokens: list[int], prompt_text: str | None) -> Iterator[Event]:

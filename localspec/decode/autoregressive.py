@@ -11,27 +11,34 @@ from localspec.events import Event, Written
 from localspec.sampling import sample_row, transform_row
 
 
-def ar_loop(turn: Turn) -> Iterator[Event]:
-    """One target decode per token; the pending token is evaluated, the next one sampled."""
+def ar_step(turn: Turn) -> list[Event] | None:
+    """Evaluate the pending token(s), sample the next one. None when the context is full."""
     tgt = turn.target
     ctx = tgt.ctx
-    sampling = turn.cfg.sampling
     stats = turn.stats
+    if not turn.room(len(tgt.pending)):
+        return None
+    t0 = time.perf_counter()
+    row = ctx.batch.clear().add_sequence(tgt.pending, tgt.n_past, MAIN, True)
+    ctx.decode()
+    t1 = time.perf_counter()
+    tgt.tokens.extend(tgt.pending)
+    tok = sample_row(transform_row(ctx.logits(row), turn.cfg.sampling), turn.rng)
+    tgt.pending = [tok]
+    _, text = turn.emitter.push([tok])
+    stats.iterations += 1
+    stats.target_calls += 1
+    stats.verify_seconds += t1 - t0
+    stats.overhead_seconds += time.perf_counter() - t1
+    return [Written((tok,), text, "target")]
+
+
+def ar_loop(turn: Turn) -> Iterator[Event]:
+    """One target decode per token."""
     while not turn.should_stop():
-        if not turn.room(len(tgt.pending)):
+        events = ar_step(turn)
+        if events is None:
             turn.emitter.close("context_full")
             return
-        t0 = time.perf_counter()
-        row = ctx.batch.clear().add_sequence(tgt.pending, tgt.n_past, MAIN, True)
-        ctx.decode()
-        t1 = time.perf_counter()
-        tgt.tokens.extend(tgt.pending)
-        tok = sample_row(transform_row(ctx.logits(row), sampling), turn.rng)
-        tgt.pending = [tok]
-        _, text = turn.emitter.push([tok])
-        stats.iterations += 1
-        stats.target_calls += 1
-        stats.verify_seconds += t1 - t0
-        stats.overhead_seconds += time.perf_counter() - t1
-        yield Written((tok,), text, "target")
+        yield from events
         yield turn.tick()

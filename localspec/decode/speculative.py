@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from localspec.decode.proposer import DraftTrie, commit_draft, propose
 from localspec.decode.state import MAIN, KVState
+from localspec.config import GenConfig, SamplingConfig
 from localspec.decode.turn import Turn
 from localspec.events import Accepted, Drafted, Event, Rejected, Written
 from localspec.sampling import SparseRow, greedy_rows, transform_row
@@ -72,57 +73,81 @@ def verify_block(
     return replace(d, token=int(vocab[d.token]))
 
 
-def speculative_loop(turn: Turn) -> Iterator[Event]:
-    """Generate with K drafts of L tokens per target call, verified by `method`."""
-    assert turn.draft is not None and turn.draft_model is not None
-    cfg, stats, emitter = turn.cfg, turn.stats, turn.emitter
+@dataclass
+class SpecSettings:
+    """What one speculative iteration runs with (auto may change it between iterations)."""
+
+    method: str
+    K: int
+    L: int
+    min_confidence: float = 0.0
+
+
+def spec_iteration(turn: Turn, st: SpecSettings, rng: NumpyRNG, dsampling: SamplingConfig) -> list[Event] | None:
+    """One iteration: draft, score (one decode), verify, commit. None when the context is full."""
+    assert turn.draft is not None
+    stats, emitter = turn.stats, turn.emitter
     tgt, dft = turn.target, turn.draft
-    method = getattr(turn, "method", cfg.method)
-    rng = NumpyRNG(turn.rng)
-    dsampling = replace(cfg.sampling, temp=cfg.sampling.temp if cfg.draft_temp is None else cfg.draft_temp)
-    min_conf = getattr(turn, "min_confidence", 0.0) if cfg.dynamic_draft else 0.0
     model = turn.target_model
+    L = min(st.L, emitter.remaining + 1)
+    room = tgt.ctx.n_ctx - max(tgt.n_past + len(tgt.pending), dft.n_past + len(dft.pending))
+    L = min(L, (room - 1) // max(st.K, 1))
+    if L < 1:
+        return None
+    t0 = time.perf_counter()
+    dft.sync_to(tgt.committed)
+    trie = propose(dft, st.K, L, dsampling, turn.rng, st.min_confidence)
+    t1 = time.perf_counter()
+    rows = score(tgt, trie)
+    t2 = time.perf_counter()
+    d = verify_block(turn, trie, rows, st.method, rng)
+    # commit: the accepted draft's cells become seq 0 in both contexts
+    x = trie.tokens()
+    acc = [int(t) for t in x[d.k, : d.tau]]
+    base = tgt.n_past + len(tgt.pending)
+    if d.tau:
+        tgt.ctx.seq_cp(d.k + 1, MAIN, base, base + d.tau)
+    tgt.drop_drafts()
+    tgt.tokens.extend(tgt.pending)
+    tgt.tokens.extend(acc)
+    tgt.pending = [d.token]
+    commit_draft(dft, trie, d.k, d.tau, d.token)
+    stats.iterations += 1
+    stats.target_calls += 1
+    stats.draft_calls += trie.evaluated_depth + 1
+    stats.record(d.tau, trie.L)
+    events: list[Event] = [Drafted(tuple(tuple(int(t) for t in row) for row in x), tuple(model.detokenize(row) for row in x))]
+    taken, text = emitter.push(acc)
+    events.append(Accepted(d.k, d.tau, tuple(acc[:taken]), text))
+    rej = tuple(int(t) for t in x[d.k, d.tau :])
+    if rej:
+        events.append(Rejected(d.k, rej, model.detokenize(rej)))
+    if not emitter.done:
+        _, text = emitter.push([d.token])
+        events.append(Written((d.token,), text, "bonus" if d.tau == trie.L else "correction"))
+    t3 = time.perf_counter()
+    stats.draft_seconds += t1 - t0
+    stats.verify_seconds += t2 - t1
+    stats.overhead_seconds += t3 - t2
+    turn.last_decision = (d.tau, trie.L, t3 - t2)
+    return events
+
+
+def draft_sampling(cfg: GenConfig) -> SamplingConfig:
+    """The draft's transform: the target's, at --draft-temp when given."""
+    return replace(cfg.sampling, temp=cfg.sampling.temp if cfg.draft_temp is None else cfg.draft_temp)
+
+
+def speculative_loop(turn: Turn) -> Iterator[Event]:
+    """Generate with K drafts of L tokens per target call, verified by the configured method."""
+    cfg = turn.cfg
+    st = SpecSettings(turn.method or cfg.method, cfg.K, cfg.L)
+    rng = NumpyRNG(turn.rng)
+    dsampling = draft_sampling(cfg)
     while not turn.should_stop():
-        K = cfg.K
-        L = min(cfg.L, emitter.remaining + 1)
-        room = tgt.ctx.n_ctx - max(tgt.n_past + len(tgt.pending), dft.n_past + len(dft.pending))
-        L = min(L, room - 1)
-        if L < 1:
-            emitter.close("context_full")
+        events = spec_iteration(turn, st, rng, dsampling)
+        if events is None:
+            turn.emitter.close("context_full")
             return
-        t0 = time.perf_counter()
-        dft.sync_to(tgt.committed)
-        trie = propose(dft, K, L, dsampling, turn.rng, min_conf)
-        t1 = time.perf_counter()
-        rows = score(tgt, trie)
-        t2 = time.perf_counter()
-        d = verify_block(turn, trie, rows, method, rng)
-        # commit: accepted draft's KV becomes seq 0 in both contexts
-        x = trie.tokens()
-        acc = [int(t) for t in x[d.k, : d.tau]]
-        base = tgt.n_past + len(tgt.pending)
-        if d.tau:
-            tgt.ctx.seq_cp(d.k + 1, MAIN, base, base + d.tau)
-        tgt.drop_drafts()
-        tgt.tokens.extend(tgt.pending)
-        tgt.tokens.extend(acc)
-        tgt.pending = [d.token]
-        commit_draft(dft, trie, d.k, d.tau, d.token)
-        stats.iterations += 1
-        stats.target_calls += 1
-        stats.draft_calls += trie.evaluated_depth + 1
-        stats.record(d.tau, trie.L)
-        yield Drafted(tuple(tuple(int(t) for t in row) for row in x), tuple(model.detokenize(row) for row in x))
-        taken, text = emitter.push(acc)
-        yield Accepted(d.k, d.tau, tuple(acc[:taken]), text)
-        rej = tuple(int(t) for t in x[d.k, d.tau :])
-        if rej:
-            yield Rejected(d.k, rej, emitter.detok.peek(rej) if not emitter.done else model.detokenize(rej))
-        if not emitter.done:
-            _, text = emitter.push([d.token])
-            yield Written((d.token,), text, "bonus" if d.tau == trie.L else "correction")
-        t3 = time.perf_counter()
-        stats.draft_seconds += t1 - t0
-        stats.verify_seconds += t2 - t1
-        stats.overhead_seconds += t3 - t2
+        yield from events
         yield turn.tick()

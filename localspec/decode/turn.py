@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +29,9 @@ class Turn:
     stop_flag: StopFlag
     draft_model: Model | None = None
     draft: KVState | None = None
+    method: str = ""
+    costs: Any = None  # CostModel when method == "auto"
+    last_decision: tuple[int, int, float] | None = None  # (tau, L, overhead s) of the last iteration
     t_start: float = field(default_factory=time.perf_counter)
 
     def should_stop(self) -> bool:

@@ -1,0 +1,222 @@
+"""Cost model: measured batch costs on THIS machine -> predicted tok/s -> the method to run.
+
+Speculation only pays when (draft cost + batched verify cost) per emitted token is below the
+target's plain decode cost; on 2 cores with a cheap quantized target it often is not. So the
+costs are measured (once per model file and thread count, cached), acceptance is tracked
+while generating, and `auto` picks the fastest (method, K, L) -- or plain AR when nothing
+beats it. `explain()` prints the table behind the choice ("why did it get slower?").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from localspec.backend import Context
+from localspec.config import GenConfig
+
+BATCH_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+PRIOR_ALPHA = 0.6  # acceptance prior for a same-family pair before anything is measured
+SPEC_METHODS_T0 = ("sd",)
+MARGIN = 1.05  # speculation must beat AR by 5 % to be chosen (measurement noise)
+
+
+def cache_dir() -> Path:
+    home = os.environ.get("LOCALSPEC_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "localspec")
+    return Path(home) / "costs"
+
+
+@dataclass
+class CostCurve:
+    """Seconds per llama_decode of n tokens (interpolated between measured sizes)."""
+
+    sizes: list[int]
+    seconds: list[float]
+
+    def __call__(self, n: int) -> float:
+        return float(np.interp(n, self.sizes, self.seconds, right=None)) if n <= self.sizes[-1] else (
+            self.seconds[-1] * n / self.sizes[-1]
+        )
+
+
+def _key(ctx: Context) -> str:
+    st = ctx.model.path.stat()
+    return f"{ctx.model.path.name}-{st.st_size}-t{ctx.threads}"
+
+
+def measure(ctx: Context, sizes: tuple[int, ...] = BATCH_SIZES, reps: int = 3, depth: int = 64) -> CostCurve:
+    """Time decodes of n tokens on a scratch sequence after `depth` context tokens."""
+    seq = ctx.n_seq_max - 1
+    b = ctx.batch
+    b.clear().add_sequence([1] * depth, 0, seq, logits_last=False)
+    ctx.decode()
+    out = []
+    for n in sizes:
+        if n > ctx.n_batch:
+            break
+        times = []
+        for _ in range(reps):
+            b.clear()
+            for j in range(n):
+                b.add(1, depth + j, seq, True)
+            t0 = time.perf_counter()
+            ctx.decode()
+            times.append(time.perf_counter() - t0)
+            ctx.seq_rm(seq, depth, -1)
+        out.append(float(np.median(times)))
+    ctx.seq_rm(seq, 0, -1)
+    ctx.n_decodes -= 1 + reps * len(out)
+    ctx.n_evaluated -= depth + sum(reps * n for n in sizes[: len(out)])
+    return CostCurve(list(sizes[: len(out)]), out)
+
+
+def curve_for(ctx: Context, refresh: bool = False) -> CostCurve:
+    """Cached curve for this (model file, threads); measured on first use."""
+    path = cache_dir() / f"{_key(ctx)}.json"
+    if path.exists() and not refresh:
+        try:
+            d = json.loads(path.read_text())
+            return CostCurve(d["sizes"], d["seconds"])
+        except (ValueError, KeyError):
+            pass
+    c = measure(ctx)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"sizes": c.sizes, "seconds": c.seconds}))
+    os.replace(tmp, path)
+    return c
+
+
+@dataclass
+class Acceptance:
+    """Running estimate of the per-token acceptance rate alpha (sd-style, position-wise)."""
+
+    accepted: float = 0.0
+    trials: float = 0.0
+    prior_weight: float = 8.0
+    prior: float = PRIOR_ALPHA
+
+    @property
+    def alpha(self) -> float:
+        return (self.accepted + self.prior * self.prior_weight) / (self.trials + self.prior_weight)
+
+    def update(self, tau: int, L: int) -> None:
+        # positions 0..tau-1 accepted, position tau (if < L) rejected
+        self.accepted += tau
+        self.trials += tau + (1 if tau < L else 0)
+
+
+@dataclass
+class Prediction:
+    method: str
+    K: int
+    L: int
+    tok_per_s: float
+    expected_tokens: float
+    seconds: float
+
+
+@dataclass
+class CostModel:
+    """Predicts tok/s of AR and of (method, K, L) from measured curves and alpha."""
+
+    target: CostCurve
+    draft: CostCurve
+    overhead: float = 0.0015  # seconds of Python work per iteration (updated from runs)
+    acceptance: Acceptance = field(default_factory=Acceptance)
+
+    def ar(self) -> float:
+        return 1.0 / self.target(1)
+
+    def expected_tokens(self, K: int, L: int, alpha: float | None = None) -> float:
+        """E[tau] + 1: P(some draft matches i tokens) ~ 1 - (1 - alpha^i)^K."""
+        a = self.acceptance.alpha if alpha is None else alpha
+        return 1.0 + sum(1.0 - (1.0 - a**i) ** K for i in range(1, L + 1))
+
+    def iteration_seconds(self, K: int, L: int) -> float:
+        return self.draft(1) + (L - 1) * self.draft(K) + self.target(1 + K * L) + self.overhead
+
+    def predict(self, method: str, K: int, L: int) -> Prediction:
+        e = self.expected_tokens(K, L)
+        s = self.iteration_seconds(K, L)
+        return Prediction(method, K, L, e / s, e, s)
+
+    def candidates(self, cfg: GenConfig) -> list[Prediction]:
+        """Predictions for every (method, K, L) the config allows."""
+        greedy = cfg.sampling.temp <= 0.0
+        sampled_draft = not greedy or (cfg.draft_temp or 0.0) > 0.0
+        Ks = [cfg.K] if not cfg.auto_K else ([1, 2, 3, 4] if sampled_draft else [1])
+        Ls = [cfg.L] if not cfg.auto_L else list(range(1, 17))
+        out = []
+        for K in Ks:
+            methods = ["sd"] if greedy and K == 1 else (["gbv"] if K == 1 else ["mdbv"])
+            for m in methods:
+                for L in Ls:
+                    out.append(self.predict(m, K, L))
+        return out
+
+    def choose(self, cfg: GenConfig) -> tuple[Prediction | None, float]:
+        """Best speculative prediction, or None when AR is predicted at least as fast."""
+        ar = self.ar()
+        best = max(self.candidates(cfg), key=lambda p: p.tok_per_s)
+        return (best if best.tok_per_s > MARGIN * ar else None), ar
+
+    def min_confidence(self, K: int, L: int) -> float:
+        """Draft cut-off: stop drafting when the next token's expected gain < its cost.
+
+        One more draft position costs a draft step plus the marginal verify cost of K more
+        tokens; it gains (at most) the draft's top probability in tokens, each worth the time
+        per token at the predicted rate.
+        """
+        marginal = self.draft(K) + (self.target(1 + K * (L + 1)) - self.target(1 + K * L))
+        rate = self.predict("sd", K, L).tok_per_s
+        return float(min(max(marginal * rate, 0.0), 0.95))
+
+
+def model_for(session) -> CostModel:
+    """The session's cost model (curves measured on first use, then cached on disk)."""
+    cm = getattr(session, "costs", None)
+    if cm is None:
+        cm = CostModel(curve_for(session.target.ctx), curve_for(session.draft.ctx))
+        session.costs = cm
+    return cm
+
+
+def choose_method(session, cfg: GenConfig) -> str:
+    """Pick the method (and K, L when the user left them to auto); 'ar' if nothing pays."""
+    cm = model_for(session)
+    best, _ = cm.choose(cfg)
+    if best is None:
+        return "ar"
+    cfg.K, cfg.L = best.K, best.L
+    return best.method
+
+
+def explain(session, cfg: GenConfig) -> str:
+    """A table of predictions and the choice, for --explain."""
+    if session.draft is None:
+        return "no draft model: plain autoregressive decoding"
+    cm = model_for(session)
+    best, ar = cm.choose(cfg)
+    lines = [
+        f"cost model (alpha={cm.acceptance.alpha:.2f}; target 1 tok {cm.target(1) * 1e3:.1f} ms, "
+        f"16 tok {cm.target(16) * 1e3:.1f} ms; draft step {cm.draft(1) * 1e3:.1f} ms)",
+        f"{'method':8} {'K':>2} {'L':>3} {'E[tokens]':>9} {'ms/iter':>8} {'tok/s':>7} {'vs AR':>6}",
+        f"{'ar':8} {1:>2} {0:>3} {1.0:>9.2f} {cm.target(1) * 1e3:>8.1f} {ar:>7.1f} {1.0:>6.2f}",
+    ]
+    cands = sorted(cm.candidates(cfg), key=lambda p: -p.tok_per_s)[:12]
+    for p in cands:
+        lines.append(
+            f"{p.method:8} {p.K:>2} {p.L:>3} {p.expected_tokens:>9.2f} {p.seconds * 1e3:>8.1f} "
+            f"{p.tok_per_s:>7.1f} {p.tok_per_s / ar:>6.2f}"
+        )
+    if best is None:
+        lines.append("choice: ar (no speculative setting is predicted to beat plain decoding by 5 %)")
+    else:
+        lines.append(f"choice: {best.method} K={best.K} L={best.L} (predicted {best.tok_per_s / ar:.2f}x AR)")
+    return "\n".join(lines)

@@ -1,0 +1,64 @@
+"""`--method auto`: run whatever the cost model predicts fastest, re-checking as we go.
+
+Starts from the cost model's choice; every few iterations the running acceptance estimate
+updates the prediction, so a pair that stops agreeing (or a prompt where the draft is
+useless) falls back to plain decoding, and AR probes speculation now and then in case the
+text became easy again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from localspec.costmodel import CostModel
+from localspec.decode.autoregressive import ar_step
+from localspec.decode.speculative import SpecSettings, draft_sampling, spec_iteration
+from localspec.decode.turn import Turn
+from localspec.events import Event
+from localspec.verify import NumpyRNG
+
+RECHECK_EVERY = 8  # speculative iterations between re-decisions
+PROBE_EVERY = 48  # AR tokens between speculative probes (only if speculation could pay)
+
+
+def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
+    best, ar = cm.choose(turn.cfg)
+    if best is None:
+        turn.stats.choice_note = f"ar (alpha={cm.acceptance.alpha:.2f}: nothing predicted above {ar:.1f} tok/s)"
+        return None
+    mc = cm.min_confidence(best.K, best.L) if turn.cfg.dynamic_draft else 0.0
+    turn.stats.choice_note = (
+        f"{best.method} K={best.K} L={best.L} (alpha={cm.acceptance.alpha:.2f}, predicted "
+        f"{best.tok_per_s / ar:.2f}x AR)"
+    )
+    return SpecSettings(best.method, best.K, best.L, mc)
+
+
+def auto_loop(turn: Turn) -> Iterator[Event]:
+    cm: CostModel = turn.costs
+    rng = NumpyRNG(turn.rng)
+    dsampling = draft_sampling(turn.cfg)
+    settings = _decide(cm, turn)
+    since = 0
+    could_pay = cm.expected_tokens(1, 8, alpha=0.95) / cm.iteration_seconds(1, 8) > cm.ar()
+    while not turn.should_stop():
+        probe = settings is None and could_pay and since >= PROBE_EVERY
+        if settings is not None or probe:
+            st = settings or SpecSettings("sd" if turn.cfg.sampling.temp <= 0 else "gbv", 1, 4)
+            events = spec_iteration(turn, st, rng, dsampling)
+            if events is not None:
+                assert turn.last_decision is not None
+                tau, L, overhead = turn.last_decision
+                cm.acceptance.update(tau, L)
+                cm.overhead = 0.9 * cm.overhead + 0.1 * overhead
+        else:
+            events = ar_step(turn)
+        if events is None:
+            turn.emitter.close("context_full")
+            return
+        since += 1
+        if (settings is not None and since >= RECHECK_EVERY) or probe:
+            settings = _decide(cm, turn)
+            since = 0
+        yield from events
+        yield turn.tick()
