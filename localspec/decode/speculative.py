@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from localspec.config import GenConfig, SamplingConfig
 from localspec.decode.proposer import DraftTrie, commit_draft, propose
 from localspec.decode.state import MAIN, KVState
-from localspec.config import GenConfig, SamplingConfig
 from localspec.decode.turn import Turn
 from localspec.events import Accepted, Drafted, Event, Rejected, Written
 from localspec.sampling import SparseRow, greedy_rows, transform_row
