@@ -88,6 +88,7 @@ class Stats:
     K: int = 1
     L: int = 0
     prompt_tokens: int = 0
+    prompt_evaluated: int = 0  # prompt tokens actually evaluated (the rest came from the KV cache)
     n_tokens: int = 0
     iterations: int = 0
     target_calls: int = 0
@@ -151,6 +152,7 @@ class Stats:
             "K": self.K,
             "L": self.L,
             "prompt_tokens": self.prompt_tokens,
+            "prompt_evaluated": self.prompt_evaluated,
             "n_tokens": self.n_tokens,
             "iterations": self.iterations,
             "target_calls": self.target_calls,

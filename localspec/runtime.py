@@ -168,7 +168,7 @@ class RuntimeSession(Session):
         stats = Stats(method=method, K=cfg.K if method not in ("ar",) else 1, L=cfg.L if method != "ar" else 0)
         t0 = time.perf_counter()
         stats.prompt_tokens = len(tokens)
-        self.target.sync(tokens)
+        stats.prompt_evaluated = self.target.sync(tokens)
         stats.prompt_seconds = time.perf_counter() - t0
         emitter = Emitter(self.target_model, cfg.n_predict, cfg.stop)
         turn = Turn(

@@ -54,11 +54,11 @@ class Context:
         self.ptr = ptr
         self.mem = llama_cpp.llama_get_memory(ptr)
         self.n_ctx = llama_cpp.llama_n_ctx(ptr)
-        self.n_batch = n_batch
+        self.n_batch = int(llama_cpp.llama_n_batch(ptr))  # llama.cpp clamps n_batch to n_ctx
         self.n_seq_max = n_seq_max
         self.threads = threads
         self.n_vocab = model.n_vocab
-        self.batch = Batch(n_batch, n_seq_max)
+        self.batch = Batch(self.n_batch, n_seq_max)
         self.n_decodes = 0
         self.n_evaluated = 0
         self._n_outputs = 0

@@ -158,18 +158,18 @@ def check_vocab_compat(target: Model, draft: Model) -> None:
     sizes within 128, identical token text from id 5 on.
     """
     names = f"target {target.name} vs draft {draft.name}"
-    if target.vocab_type != draft.vocab_type:
-        raise VocabMismatchError(f"vocabulary types differ ({names}): {target.vocab_type} vs {draft.vocab_type}")
-    if target.add_bos != draft.add_bos or (target.add_bos and target.bos != draft.bos):
-        raise VocabMismatchError(f"BOS tokens differ ({names}): {target.bos} vs {draft.bos}")
-    if target.eos != draft.eos:
-        raise VocabMismatchError(f"EOS tokens differ ({names}): {target.eos} vs {draft.eos}")
     diff = abs(target.n_vocab - draft.n_vocab)
     if diff > VOCAB_MAX_SIZE_DIFF:
         raise VocabMismatchError(
             f"vocabulary sizes differ by {diff} > {VOCAB_MAX_SIZE_DIFF} ({names}): "
             f"{target.n_vocab} vs {draft.n_vocab} tokens; pick a draft of the same model family"
         )
+    if target.vocab_type != draft.vocab_type:
+        raise VocabMismatchError(f"vocabulary types differ ({names}): {target.vocab_type} vs {draft.vocab_type}")
+    if target.add_bos != draft.add_bos or (target.add_bos and target.bos != draft.bos):
+        raise VocabMismatchError(f"BOS tokens differ ({names}): {target.bos} vs {draft.bos}")
+    if target.eos != draft.eos:
+        raise VocabMismatchError(f"EOS tokens differ ({names}): {target.eos} vs {draft.eos}")
     for tok in range(VOCAB_CHECK_START_ID, min(target.n_vocab, draft.n_vocab)):
         a, b = target.token_text(tok), draft.token_text(tok)
         if a != b:

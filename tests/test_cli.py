@@ -1,0 +1,89 @@
+"""CLI smoke tests through a subprocess: streaming, --json fields, bad input -> exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "localspec.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_run_json_fields(smollm2_path):
+    r = cli("run", "-m", str(smollm2_path), "-p", "Say hi.", "-n", "12", "--method", "ar", "--json", "-t", "2")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    for key in ("method", "target", "draft", "text", "n_tokens", "prompt_tokens", "seconds", "tok_per_s",
+                "iterations", "target_calls", "block_efficiency", "accepted_lengths", "draft_seconds",
+                "verify_seconds", "overhead_seconds", "K", "L", "parse"):
+        assert key in d, key
+    assert d["method"] == "ar" and 0 < d["n_tokens"] <= 12 and d["text"]
+    assert d["text"] in r.stdout  # streamed before the JSON line
+
+
+def test_run_plain_prints_stats_line(smollm2_path):
+    r = cli("run", "-m", str(smollm2_path), "-p", "Say hi.", "-n", "8", "--method", "ar", "-t", "2")
+    assert r.returncode == 0, r.stderr
+    assert "tok/s" in r.stderr and r.stdout.strip()
+
+
+def test_missing_path_exit_2(tmp_path):
+    r = cli("run", "-m", str(tmp_path / "nope.gguf"), "-p", "hi")
+    assert r.returncode == 2
+    assert "nope.gguf" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_not_gguf_exit_2(tmp_path):
+    bad = tmp_path / "notes.gguf"
+    bad.write_text("this is not a model\n" * 100)
+    r = cli("run", "-m", str(bad), "-p", "hi")
+    assert r.returncode == 2 and "GGUF" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_truncated_gguf_exit_2(tmp_path, smollm2_path):
+    cut = tmp_path / "cut.gguf"
+    with open(smollm2_path, "rb") as f:
+        cut.write_bytes(f.read(5_000_000))
+    r = cli("run", "-m", str(cut), "-p", "hi")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "truncated" in r.stderr.lower() or "size" in r.stderr.lower()
+
+
+def test_bad_flag_values_exit_2(smollm2_path):
+    r = cli("run", "-m", str(smollm2_path), "-p", "hi", "--top-p", "1.5")
+    assert r.returncode == 2 and "--top-p" in r.stderr
+    r = cli("run", "-m", str(smollm2_path), "-p", "hi", "--method", "sd")
+    assert r.returncode == 2 and "draft" in r.stderr
+
+
+def test_vocab_mismatch_exit_2(tmp_path, smollm2_path, qwen_draft_path):
+    r = cli("run", "-m", str(qwen_draft_path), "-md", str(smollm2_path), "-p", "hi", "--method", "sd")
+    assert r.returncode == 2 and "vocabulary" in r.stderr and "Traceback" not in r.stderr
+
+
+test_vocab_mismatch_exit_2 = pytest.mark.slow(test_vocab_mismatch_exit_2)
+
+
+def test_help_teaches():
+    r = cli("run", "--help")
+    assert r.returncode == 0 and "--method" in r.stdout and "-md" in r.stdout
+    assert "models" in cli("--help").stdout
+
+
+def test_no_prompt_exit_2(smollm2_path):
+    r = cli("run", "-m", str(smollm2_path))
+    assert r.returncode == 2 and "--prompt" in r.stderr
+
+
+def test_prompt_file(tmp_path: Path, smollm2_path):
+    f = tmp_path / "p.txt"
+    f.write_text("Say hi.")
+    r = cli("run", "-m", str(smollm2_path), "-f", str(f), "-n", "4", "--method", "ar", "--json")
+    assert r.returncode == 0, r.stderr
