@@ -203,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `localspec run ... | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

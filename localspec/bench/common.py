@@ -1,0 +1,60 @@
+"""Shared bench helpers: prompt sets, machine info, medians, result files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from importlib import metadata, resources
+from pathlib import Path
+
+
+def load_prompts(path: str | None, kinds: list[str] | None = None, limit: int | None = None) -> list[dict]:
+    """Prompts from a JSONL file (default: the shipped code/chat/math set)."""
+    if path:
+        text = Path(path).read_text(encoding="utf-8")
+    else:
+        text = resources.files("localspec.bench").joinpath("prompts/speed.jsonl").read_text(encoding="utf-8")
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if kinds:
+        rows = [r for r in rows if r.get("kind") in kinds]
+    return rows[:limit] if limit else rows
+
+
+def machine_info(threads: int | None) -> dict:
+    """CPU, threads, versions: every result file says where it was measured."""
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        llama = metadata.version("llama-cpp-python")
+    except metadata.PackageNotFoundError:
+        llama = "?"
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "threads": threads,
+        "python": platform.python_version(),
+        "llama_cpp_python": llama,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "command": "localspec " + shlex.join(sys.argv[1:]) if sys.argv and "localspec" in sys.argv[0] else shlex.join(sys.argv),
+    }
+
+
+def median(xs: list[float]) -> float:
+    return float(statistics.median(xs)) if xs else float("nan")
+
+
+def write_json(path: str | Path, payload: dict) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(payload, indent=1))
