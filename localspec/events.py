@@ -102,6 +102,7 @@ class Stats:
     prompt_seconds: float = 0.0
     seconds: float = 0.0
     choice_note: str = ""
+    ar_estimate: float = 0.0  # the cost model's AR tok/s on this machine (0 = unknown)
 
     @property
     def tok_per_s(self) -> float:

@@ -184,6 +184,8 @@ class RuntimeSession(Session):
         )
         turn.method = method
         turn.costs = self.costs
+        if self.costs is not None:
+            stats.ar_estimate = self.costs.ar()
         return self._drive(loop, turn, tokens, prompt_text)
 
     def _drive(self, loop, turn: Turn, tokens: list[int], prompt_text: str | None) -> Iterator[Event]:

@@ -39,6 +39,7 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
     rng = NumpyRNG(turn.rng)
     dsampling = draft_sampling(turn.cfg)
     settings = _decide(cm, turn)
+    turn.stats.ar_estimate = cm.ar()
     since = 0
     could_pay = cm.expected_tokens(1, 8, alpha=0.95) / cm.iteration_seconds(1, 8) > cm.ar()
     while not turn.should_stop():
@@ -59,6 +60,7 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
         since += 1
         if (settings is not None and since >= RECHECK_EVERY) or probe:
             settings = _decide(cm, turn)
+    turn.stats.ar_estimate = cm.ar()
             since = 0
         yield from events
         yield turn.tick()

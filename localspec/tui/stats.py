@@ -143,6 +143,8 @@ def render_stats(stats: Stats | None, info: PanelInfo, width: int = 30) -> Text:
         _row(t, "tok/s", f"{stats.tok_per_s:6.1f}  this turn", "bold")
         if info.turns:
             _row(t, "tok/s", f"{info.session_tok_per_s:6.1f}  session")
+        if stats.ar_estimate > 0 and stats.tok_per_s > 0:
+            _row(t, "speedup", f"{stats.tok_per_s / stats.ar_estimate:6.2f}x vs AR {stats.ar_estimate:.1f} tok/s (cost model)")
         _row(t, "block eff", f"{stats.block_efficiency:6.2f}  tok/target call")
         alpha = acceptance_rate(stats)
         _row(t, "accept α", "   —" if alpha is None else f"{alpha:6.0%}")
