@@ -60,7 +60,6 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
         since += 1
         if (settings is not None and since >= RECHECK_EVERY) or probe:
             settings = _decide(cm, turn)
-    turn.stats.ar_estimate = cm.ar()
             since = 0
         yield from events
         yield turn.tick()
