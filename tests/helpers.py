@@ -20,5 +20,5 @@ def model(path: Path) -> Model:
 
 
 def session(target: Path, draft: Path | None = None, **kw) -> RuntimeSession:
-    opts = SessionOptions(n_ctx=kw.pop("n_ctx", 2048), threads=kw.pop("threads", 2), **kw)
+    opts = SessionOptions(n_ctx=kw.pop("n_ctx", 2048), threads=kw.pop("threads", 1), **kw)
     return RuntimeSession(model(target), model(draft) if draft else None, opts)

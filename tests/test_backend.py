@@ -14,7 +14,7 @@ SUFFIXES = [" Berlin. The", " Bonn, and the", " not"]
 
 
 def _alone(m, tokens: list[int]) -> np.ndarray:
-    ctx = Context(m, n_ctx=256, n_batch=64, n_seq_max=1, threads=2)
+    ctx = Context(m, n_ctx=256, n_batch=64, n_seq_max=1, threads=1)
     row = ctx.batch.clear().add_sequence(tokens, 0, 0, True)
     ctx.decode()
     return ctx.logits(row).copy()
@@ -24,7 +24,7 @@ def test_shared_prefix_multi_sequence_matches_separate(smollm2_path):
     m = model(smollm2_path)
     pre = m.tokenize(PREFIX)
     sfx = [m.tokenize(s) for s in SUFFIXES]
-    ctx = Context(m, n_ctx=256, n_batch=64, n_seq_max=4, threads=2)
+    ctx = Context(m, n_ctx=256, n_batch=64, n_seq_max=4, threads=1)
     b = ctx.batch.clear()
     for j, t in enumerate(pre):
         b.add(t, j, [0, 1, 2], False)
@@ -43,7 +43,7 @@ def test_token_without_seq_id_is_invisible(smollm2_path):
     m = model(smollm2_path)
     noise = m.tokenize("Bananas are yellow and monkeys love them a lot.")
     probe = m.tokenize("The capital of France is")
-    ctx = Context(m, n_ctx=256, n_batch=64, n_seq_max=2, threads=2)
+    ctx = Context(m, n_ctx=256, n_batch=64, n_seq_max=2, threads=1)
     b = ctx.batch.clear()
     b.add_sequence(noise, 0, 1, False)
     row = b.add_sequence(probe, 0, 0, True)  # same positions, other sequence
@@ -51,7 +51,7 @@ def test_token_without_seq_id_is_invisible(smollm2_path):
     ref = _alone(m, probe)
     assert np.abs(ctx.logits(row) - ref).max() <= 1.0
     # and a sequence that DOES see the noise gets different logits
-    ctx2 = Context(m, n_ctx=256, n_batch=64, n_seq_max=2, threads=2)
+    ctx2 = Context(m, n_ctx=256, n_batch=64, n_seq_max=2, threads=1)
     r2 = ctx2.batch.clear().add_sequence(noise + probe, 0, 0, True)
     ctx2.decode()
     assert np.abs(ctx2.logits(r2) - ref).max() > 1.0
@@ -60,7 +60,7 @@ def test_token_without_seq_id_is_invisible(smollm2_path):
 def test_seq_rm_then_new_suffix_matches_fresh(smollm2_path):
     m = model(smollm2_path)
     pre, a, b2 = m.tokenize(PREFIX), m.tokenize(" Munich and"), m.tokenize(" Berlin, and")
-    ctx = Context(m, n_ctx=256, n_batch=64, n_seq_max=2, threads=2)
+    ctx = Context(m, n_ctx=256, n_batch=64, n_seq_max=2, threads=1)
     ctx.batch.clear().add_sequence(pre + a, 0, 0, True)
     ctx.decode()
     ctx.seq_rm(0, len(pre), -1)
@@ -76,7 +76,7 @@ def test_seq_cp_gives_independent_continuations(smollm2_path):
     m = model(smollm2_path)
     pre = m.tokenize(PREFIX)
     c1, c2 = m.tokenize(" Berlin."), m.tokenize(" a city")
-    ctx = Context(m, n_ctx=256, n_batch=64, n_seq_max=2, threads=2)
+    ctx = Context(m, n_ctx=256, n_batch=64, n_seq_max=2, threads=1)
     ctx.batch.clear().add_sequence(pre, 0, 0, False)
     ctx.decode()
     ctx.seq_cp(0, 1, 0, -1)

@@ -17,7 +17,7 @@ def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
 
 
 def test_run_json_fields(smollm2_path):
-    r = cli("run", "-m", str(smollm2_path), "-p", "Say hi.", "-n", "12", "--method", "ar", "--json", "-t", "2")
+    r = cli("run", "-m", str(smollm2_path), "-p", "Say hi.", "-n", "12", "--method", "ar", "--json", "-t", "1")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout.strip().splitlines()[-1])
     for key in ("method", "target", "draft", "text", "n_tokens", "prompt_tokens", "seconds", "tok_per_s",
@@ -29,7 +29,7 @@ def test_run_json_fields(smollm2_path):
 
 
 def test_run_plain_prints_stats_line(smollm2_path):
-    r = cli("run", "-m", str(smollm2_path), "-p", "Say hi.", "-n", "8", "--method", "ar", "-t", "2")
+    r = cli("run", "-m", str(smollm2_path), "-p", "Say hi.", "-n", "8", "--method", "ar", "-t", "1")
     assert r.returncode == 0, r.stderr
     assert "tok/s" in r.stderr and r.stdout.strip()
 

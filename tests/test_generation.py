@@ -46,7 +46,7 @@ def test_chat_turn_two_evaluates_only_new_tokens(smollm2_path):
     assert d2.stats.prompt_tokens > d1.stats.prompt_tokens + d1.stats.n_tokens
     assert evaluated == d2.stats.prompt_evaluated + d2.stats.target_calls
     # the cache holds exactly what a fresh evaluation of the conversation would
-    fresh = Context(model(smollm2_path), n_ctx=2048, n_batch=512, n_seq_max=1, threads=2)
+    fresh = Context(model(smollm2_path), n_ctx=2048, n_batch=512, n_seq_max=1, threads=1)
     toks = s.target.committed
     assert len(toks) < 500
     fresh.batch.clear().add_sequence(toks[:-1], 0, 0, False)

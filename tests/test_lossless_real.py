@@ -8,7 +8,6 @@ sampling transform) by a chi-square goodness-of-fit test. A deliberately biased 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from scipy.stats import chi2
 
@@ -17,7 +16,7 @@ from localspec.backend import Context
 from localspec.config import GenConfig, SamplingConfig
 from localspec.sampling import transform_row
 from localspec.verify import Decision
-from tests.helpers import model, session
+from tests.helpers import session
 
 PROMPT = "Write one word that describes the ocean."
 SAMPLING = SamplingConfig(temp=1.0, top_k=6, top_p=1.0, min_p=0.0)
@@ -28,7 +27,7 @@ def exact_law(sess) -> dict[tuple[int, int], float]:
     """P(t1, t2) from the target alone, same transform, one decode per first token."""
     m = sess.target_model
     toks = sess._prompt_tokens(sess.template.render([{"role": "user", "content": PROMPT}]))
-    ctx = Context(m, n_ctx=512, n_batch=512, n_seq_max=1, threads=2)
+    ctx = Context(m, n_ctx=512, n_batch=512, n_seq_max=1, threads=1)
     row = ctx.batch.clear().add_sequence(toks, 0, 0, True)
     ctx.decode()
     first = transform_row(ctx.logits(row), SAMPLING)

@@ -90,7 +90,7 @@ def test_kv_invariant_after_20_iterations(smollm2_path, smollm2_q4_0_path):
     assert done.stats.iterations >= 20
     toks = s.target.committed
     m = model(smollm2_path)
-    fresh = Context(m, n_ctx=2048, n_batch=512, n_seq_max=1, threads=2)
+    fresh = Context(m, n_ctx=2048, n_batch=512, n_seq_max=1, threads=1)
     for i in range(0, len(toks) - 1, 512):
         fresh.batch.clear().add_sequence(toks[i : min(i + 512, len(toks) - 1)], i, 0, False)
         fresh.decode()
@@ -142,7 +142,7 @@ def test_greedy_multi_draft_divergence_only_at_near_ties(smollm2_path, smollm2_q
         i = next((j for j in range(min(len(ar), len(sp))) if ar[j] != sp[j]), None)
         if i is None:
             continue
-        ctx = Context(m, n_ctx=2048, n_batch=512, n_seq_max=1, threads=2)
+        ctx = Context(m, n_ctx=2048, n_batch=512, n_seq_max=1, threads=1)
         row = ctx.batch.clear().add_sequence(prompt_toks + ar[:i], 0, 0, True)
         ctx.decode()
         lg = ctx.logits(row)

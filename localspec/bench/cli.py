@@ -24,4 +24,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(func=lambda a: __import__("localspec.bench.parse", fromlist=["main"]).main(a.args))
 
+    from localspec.bench import tables
+
+    t = bsub.add_parser("tables", help="the papers' tables: datasets x methods (BE, speedup), K/L/T ablations, plots",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    tables.add_args(t)
+    t.set_defaults(func=tables.main)
+
     b.set_defaults(func=lambda a: (b.print_help(), 2)[1])
