@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Build llama.cpp's own speculative example and benchmark tool ("the peer") from the SAME
+# llama.cpp sources that the installed llama-cpp-python was built from, so `localspec bench`
+# compares decoding strategies and not two different llama.cpp versions.
+#
+#   scripts/build_llama_cpp_peer.sh [--force]
+#
+# Result: ${LOCALSPEC_HOME:-~/.cache/localspec}/peer/<llama-cpp-python version>/bin/
+#         llama-speculative-simple, llama-bench, BUILD_INFO
+#
+# Environment:
+#   PYTHON                  interpreter whose llama-cpp-python is measured (default: python3)
+#   LOCALSPEC_HOME          cache root (default: ~/.cache/localspec)
+#   LOCALSPEC_BUILD_JOBS    parallel compile jobs (default: 2, the reference machine's cores)
+#   LOCALSPEC_PEER_KEEP_BUILD=1  keep the temporary source/build tree (printed at the end)
+#
+# Idempotent: exits 0 at once when both binaries are already in the cache (use --force to
+# rebuild). CPU only, Release, no curl/openssl/tests/server: only the two targets are built,
+# which takes a few minutes on 2 cores instead of the ~20 a full llama.cpp build needs.
+set -euo pipefail
+
+die() {
+    echo "build_llama_cpp_peer: ERROR: $*" >&2
+    exit 1
+}
+
+FORCE=0
+for arg in "$@"; do
+    case "$arg" in
+        --force) FORCE=1 ;;
+        -h|--help) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        *) die "unknown argument '$arg' (only --force and --help are accepted)" ;;
+    esac
+done
+
+PYTHON="${PYTHON:-python3}"
+JOBS="${LOCALSPEC_BUILD_JOBS:-2}"
+HOME_DIR="${LOCALSPEC_HOME:-$HOME/.cache/localspec}"
+
+command -v "$PYTHON" >/dev/null || die "python interpreter '$PYTHON' not found (set PYTHON=...)"
+command -v cmake >/dev/null || die "cmake not found: install it (e.g. 'apt-get install cmake' or 'pip install cmake')"
+command -v c++ >/dev/null || command -v g++ >/dev/null || command -v clang++ >/dev/null \
+    || die "no C++ compiler found: install one (e.g. 'apt-get install build-essential')"
+
+VERSION="$("$PYTHON" -m pip show llama-cpp-python 2>/dev/null | awk '/^Version:/ {print $2}')" || true
+[ -n "$VERSION" ] || die "llama-cpp-python is not installed for $PYTHON; install localspec first ('pip install -e .')"
+
+DEST="$HOME_DIR/peer/$VERSION/bin"
+TARGETS=(llama-speculative-simple llama-bench)
+
+if [ "$FORCE" = 0 ] && [ -x "$DEST/llama-speculative-simple" ] && [ -x "$DEST/llama-bench" ]; then
+    echo "build_llama_cpp_peer: already built for llama-cpp-python $VERSION in $DEST (use --force to rebuild)"
+    exit 0
+fi
+
+START=$(date +%s)
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/localspec-peer.XXXXXX")"
+cleanup() {
+    if [ "${LOCALSPEC_PEER_KEEP_BUILD:-0}" = 1 ]; then
+        echo "build_llama_cpp_peer: build tree kept in $WORK"
+    else
+        rm -rf "$WORK"
+    fi
+}
+trap cleanup EXIT
+
+echo "==> [1/4] downloading the llama-cpp-python $VERSION sdist (the sources the installed wheel came from)"
+"$PYTHON" -m pip download --no-binary :all: --no-deps \
+    "llama-cpp-python==$VERSION" -d "$WORK/sdist" \
+    || die "could not download the llama-cpp-python==$VERSION sdist (offline? put the .tar.gz in a --find-links dir via PIP_FIND_LINKS)"
+
+SDIST="$(find "$WORK/sdist" -maxdepth 1 -name '*.tar.gz' | head -n 1)"
+[ -n "$SDIST" ] || die "pip did not produce a llama-cpp-python sdist in $WORK/sdist (got: $(ls "$WORK/sdist"))"
+
+echo "==> [2/4] unpacking $(basename "$SDIST")"
+mkdir -p "$WORK/src"
+tar -xzf "$SDIST" -C "$WORK/src" || die "could not unpack $SDIST"
+LLAMA_SRC="$(find "$WORK/src" -mindepth 3 -maxdepth 3 -type d -path '*/vendor/llama.cpp' | head -n 1)"
+[ -n "$LLAMA_SRC" ] && [ -f "$LLAMA_SRC/CMakeLists.txt" ] \
+    || die "the sdist has no vendor/llama.cpp/CMakeLists.txt; this llama-cpp-python version is not supported"
+
+# Defaults that matter for a fair comparison are left as llama-cpp-python's build leaves them
+# (GGML_NATIVE=ON on a non-cross build, so both use -march=native kernels). Static libraries
+# make the two binaries self-contained, so the build tree can be deleted afterwards.
+CMAKE_FLAGS=(
+    -DCMAKE_BUILD_TYPE=Release
+    -DBUILD_SHARED_LIBS=OFF
+    -DLLAMA_CURL=OFF
+    -DLLAMA_OPENSSL=OFF
+    -DLLAMA_BUILD_TESTS=OFF
+    -DLLAMA_BUILD_SERVER=OFF
+    -DLLAMA_BUILD_APP=OFF
+    -DLLAMA_BUILD_EXAMPLES=ON
+    -DLLAMA_BUILD_TOOLS=ON
+    -DGGML_CUDA=OFF
+    -DGGML_METAL=OFF
+    -DGGML_VULKAN=OFF
+    -DGGML_HIP=OFF
+    -DGGML_SYCL=OFF
+    -DGGML_OPENCL=OFF
+    -DGGML_RPC=OFF
+)
+GENERATOR=()
+if command -v ninja >/dev/null; then GENERATOR=(-G Ninja); fi
+
+echo "==> [3/4] configuring llama.cpp (CPU only, Release)"
+cmake -S "$LLAMA_SRC" -B "$WORK/build" "${GENERATOR[@]}" "${CMAKE_FLAGS[@]}" \
+    || die "cmake configure failed (see the output above)"
+
+echo "==> [4/4] compiling ${TARGETS[*]} with $JOBS jobs (a few minutes on 2 cores)"
+cmake --build "$WORK/build" --config Release --target "${TARGETS[@]}" -j "$JOBS" \
+    || die "compilation failed (see the output above)"
+
+mkdir -p "$DEST"
+for t in "${TARGETS[@]}"; do
+    BIN="$(find "$WORK/build" -type f -name "$t" -perm -u+x | head -n 1)"
+    [ -n "$BIN" ] || die "the build finished but $t was not produced"
+    # copy then rename: a half-copied binary never looks "already built"
+    cp "$BIN" "$DEST/$t.tmp" && mv -f "$DEST/$t.tmp" "$DEST/$t"
+done
+
+ELAPSED=$(( $(date +%s) - START ))
+{
+    echo "llama_cpp_python_version=$VERSION"
+    echo "llama_cpp_source=vendor/llama.cpp of $(basename "$SDIST")"
+    echo "built_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "build_seconds=$ELAPSED"
+    echo "jobs=$JOBS"
+    echo "compiler=$(c++ --version 2>/dev/null | head -n 1 || echo unknown)"
+    echo "cmake_flags=${CMAKE_FLAGS[*]}"
+} > "$DEST/BUILD_INFO"
+
+echo "build_llama_cpp_peer: done in ${ELAPSED}s -> $DEST"
+ls -l "$DEST"
