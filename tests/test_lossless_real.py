@@ -42,9 +42,9 @@ def exact_law(sess) -> dict[tuple[int, int], float]:
     return law
 
 
-def sample_pairs(sess, method: str, K: int) -> list[tuple[int, ...]]:
+def sample_pairs(sess, method: str, K: int, n: int = N) -> list[tuple[int, ...]]:
     out = []
-    for seed in range(N):
+    for seed in range(n):
         cfg = GenConfig(method=method, K=K, L=2, n_predict=2, seed=seed, sampling=SAMPLING, dynamic_draft=False)
         list(sess.complete(PROMPT, cfg))
         out.append(tuple(sess._last_gen_tokens[:2]))
@@ -93,5 +93,5 @@ def test_biased_rule_is_detected(pair, monkeypatch):
         return Decision(0, L, int(rng.choose(p[0, L])))
 
     monkeypatch.setitem(verify.VERIFIERS, "sd", accept_all)
-    pairs = sample_pairs(s, "sd", 1)
+    pairs = sample_pairs(s, "sd", 1, n=500)  # the bias is gross: 500 samples reject it
     assert chi2_pvalue(pairs, law) < 1e-6
