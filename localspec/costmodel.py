@@ -21,7 +21,8 @@ from localspec.backend import Context
 from localspec.config import GenConfig
 
 BATCH_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-PRIOR_ALPHA = 0.6  # acceptance prior for a same-family pair before anything is measured
+PRIOR_ALPHA = 0.7  # acceptance prior for a same-family pair before anything is measured
+MAX_MEMORY = 400.0  # acceptance evidence kept (older evidence is scaled down): tracks drift
 SPEC_METHODS_T0 = ("sd",)
 MARGIN = 1.05  # speculation must beat AR by 5 % to be chosen (measurement noise)
 
@@ -49,8 +50,12 @@ def _key(ctx: Context) -> str:
     return f"{ctx.model.path.name}-{st.st_size}-t{ctx.threads}"
 
 
-def measure(ctx: Context, sizes: tuple[int, ...] = BATCH_SIZES, reps: int = 3, depth: int = 64) -> CostCurve:
-    """Time decodes of n tokens on a scratch sequence after `depth` context tokens."""
+def measure(ctx: Context, sizes: tuple[int, ...] = BATCH_SIZES, reps: int = 5, depth: int = 64) -> CostCurve:
+    """Time decodes of n tokens on a scratch sequence after `depth` context tokens.
+
+    The minimum over repeats is the cost (interference only ever adds time), and the curve
+    is made non-decreasing from the right: a bigger batch never costs less than a smaller.
+    """
     seq = ctx.n_seq_max - 1
     b = ctx.batch
     b.clear().add_sequence([1] * depth, 0, seq, logits_last=False)
@@ -68,7 +73,8 @@ def measure(ctx: Context, sizes: tuple[int, ...] = BATCH_SIZES, reps: int = 3, d
             ctx.decode()
             times.append(time.perf_counter() - t0)
             ctx.seq_rm(seq, depth, -1)
-        out.append(float(np.median(times)))
+        out.append(float(np.min(times)))
+    out = list(np.minimum.accumulate(np.array(out)[::-1])[::-1])
     ctx.seq_rm(seq, 0, -1)
     ctx.n_decodes -= 1 + reps * len(out)
     ctx.n_evaluated -= depth + sum(reps * n for n in sizes[: len(out)])
@@ -109,6 +115,28 @@ class Acceptance:
         # positions 0..tau-1 accepted, position tau (if < L) rejected
         self.accepted += tau
         self.trials += tau + (1 if tau < L else 0)
+        if self.trials > MAX_MEMORY:
+            scale = MAX_MEMORY / self.trials
+            self.accepted *= scale
+            self.trials *= scale
+
+    @staticmethod
+    def path(target: Context, draft: Context, greedy: bool) -> Path:
+        return cache_dir() / f"accept-{target.model.path.name}--{draft.model.path.name}-{'t0' if greedy else 'tx'}.json"
+
+    def load(self, path: Path) -> None:
+        """Start from what this pair achieved before (acceptance is a property of the pair)."""
+        try:
+            d = json.loads(path.read_text())
+            self.accepted, self.trials = float(d["accepted"]), float(d["trials"])
+        except (OSError, ValueError, KeyError):
+            pass
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"accepted": self.accepted, "trials": self.trials}))
+        os.replace(tmp, path)
 
 
 @dataclass
@@ -129,6 +157,11 @@ class CostModel:
     draft: CostCurve
     overhead: float = 0.0015  # seconds of Python work per iteration (updated from runs)
     acceptance: Acceptance = field(default_factory=Acceptance)
+    acceptance_path: Path | None = None
+
+    def save_acceptance(self) -> None:
+        if self.acceptance_path is not None:
+            self.acceptance.save(self.acceptance_path)
 
     def ar(self) -> float:
         return 1.0 / self.target(1)
@@ -178,18 +211,27 @@ class CostModel:
         return float(min(max(marginal * rate, 0.0), 0.95))
 
 
-def model_for(session) -> CostModel:
-    """The session's cost model (curves measured on first use, then cached on disk)."""
+def model_for(session, greedy: bool = True) -> CostModel:
+    """The session's cost model (curves measured on first use, then cached on disk).
+
+    The acceptance estimate is loaded from this pair's previous runs (kept apart for greedy
+    and sampled targets, whose acceptance differs) and saved after each turn.
+    """
     cm = getattr(session, "costs", None)
     if cm is None:
         cm = CostModel(curve_for(session.target.ctx), curve_for(session.draft.ctx))
         session.costs = cm
+    path = Acceptance.path(session.target.ctx, session.draft.ctx, greedy)
+    if cm.acceptance_path != path:
+        cm.acceptance = Acceptance()
+        cm.acceptance.load(path)
+        cm.acceptance_path = path
     return cm
 
 
 def choose_method(session, cfg: GenConfig) -> str:
     """Pick the method (and K, L when the user left them to auto); 'ar' if nothing pays."""
-    cm = model_for(session)
+    cm = model_for(session, cfg.sampling.temp <= 0)
     best, _ = cm.choose(cfg)
     if best is None:
         return "ar"
@@ -201,7 +243,7 @@ def explain(session, cfg: GenConfig) -> str:
     """A table of predictions and the choice, for --explain."""
     if session.draft is None:
         return "no draft model: plain autoregressive decoding"
-    cm = model_for(session)
+    cm = model_for(session, cfg.sampling.temp <= 0)
     best, ar = cm.choose(cfg)
     lines = [
         f"cost model (alpha={cm.acceptance.alpha:.2f}; target 1 tok {cm.target(1) * 1e3:.1f} ms, "

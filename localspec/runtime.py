@@ -149,7 +149,7 @@ class RuntimeSession(Session):
             from localspec.costmodel import model_for
             from localspec.decode.auto import auto_loop
 
-            self.costs = model_for(self)
+            self.costs = model_for(self, cfg.sampling.temp <= 0)
             return auto_loop, "auto"
         if method == "ar":
             return ar_loop, "ar"
@@ -204,6 +204,8 @@ class RuntimeSession(Session):
             for st in (self.target, self.draft):
                 if st is not None:
                     st.repair()
+            if turn.method == "auto" and self.costs is not None:
+                self.costs.save_acceptance()
             text = turn.emitter.text
             if prompt_text is not None:
                 self.messages.append({"role": "assistant", "content": text})

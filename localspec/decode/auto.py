@@ -18,7 +18,8 @@ from localspec.events import Event
 from localspec.verify import NumpyRNG
 
 RECHECK_EVERY = 8  # speculative iterations between re-decisions
-PROBE_EVERY = 48  # AR tokens between speculative probes (only if speculation could pay)
+PROBE_EVERY = 32  # AR tokens between speculative probes (only if speculation could pay)
+FIRST_PROBE = 4  # with little evidence about this pair, probe early
 
 
 def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
@@ -43,7 +44,8 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
     since = 0
     could_pay = cm.expected_tokens(1, 8, alpha=0.95) / cm.iteration_seconds(1, 8) > cm.ar()
     while not turn.should_stop():
-        probe = settings is None and could_pay and since >= PROBE_EVERY
+        wait = FIRST_PROBE if cm.acceptance.trials < 16 else PROBE_EVERY
+        probe = settings is None and could_pay and since >= wait
         if settings is not None or probe:
             st = settings or SpecSettings("sd" if turn.cfg.sampling.temp <= 0 else "gbv", 1, 4)
             events = spec_iteration(turn, st, rng, dsampling)
