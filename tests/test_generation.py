@@ -89,7 +89,8 @@ def test_prompt_longer_than_context_is_a_clear_error(smollm2_path):
 
 def test_context_full_mid_generation_stops_cleanly(smollm2_path):
     s = session(smollm2_path, n_ctx=256)
-    d = run(s, "word " * 150 + "\nWrite a long essay about the history of the world.", method="ar", n_predict=500)[-1]
+    prompt = ", ".join(str(i) for i in range(1, 40)) + ","
+    d = list(s.complete(prompt, GenConfig(method="ar", n_predict=500), chat=False))[-1]
     assert d.reason == "context_full" and "context" in d.message
     assert d.stats.n_tokens > 0
 
