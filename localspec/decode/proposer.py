@@ -57,11 +57,16 @@ def propose(
     sampling: SamplingConfig,
     gen: np.random.Generator,
     min_confidence: float = 0.0,
+    greedy_first: bool = False,
 ) -> DraftTrie:
     """Draft K x up to L tokens. dft.pending is evaluated first (with every draft's seq id).
 
     Drafting stops early (length >= 1) when every draft's row has top probability below
     min_confidence: the cost model sets that cut-off from measured costs.
+
+    greedy_first (only for a temperature-0 target, where any draft set is exact): draft 0
+    follows the draft's argmax and the others sample, so the K drafts form a tree that
+    keeps the best single guess and adds alternatives exactly where the draft is unsure.
     """
     ctx = dft.ctx
     trie = DraftTrie(K=K, path=[[] for _ in range(K)], q=[[] for _ in range(K)])
@@ -80,7 +85,7 @@ def propose(
         for parent, r, members in frontier:
             groups: dict[int, list[int]] = {}
             for k in members:
-                tok = sample_row(r, gen)
+                tok = int(r.ids[0]) if (greedy_first and k == 0) else sample_row(r, gen)
                 groups.setdefault(tok, []).append(k)
                 trie.q[k].append(r)
             for tok, ks in groups.items():

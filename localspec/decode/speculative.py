@@ -96,7 +96,8 @@ def spec_iteration(turn: Turn, st: SpecSettings, rng: NumpyRNG, dsampling: Sampl
         return None
     t0 = time.perf_counter()
     dft.sync_to(tgt.committed)
-    trie = propose(dft, st.K, L, dsampling, turn.rng, st.min_confidence)
+    greedy_first = st.K > 1 and turn.cfg.sampling.temp <= 0.0
+    trie = propose(dft, st.K, L, dsampling, turn.rng, st.min_confidence, greedy_first)
     t1 = time.perf_counter()
     rows = score(tgt, trie)
     t2 = time.perf_counter()
@@ -134,8 +135,15 @@ def spec_iteration(turn: Turn, st: SpecSettings, rng: NumpyRNG, dsampling: Sampl
 
 
 def draft_sampling(cfg: GenConfig) -> SamplingConfig:
-    """The draft's transform: the target's, at --draft-temp when given."""
-    return replace(cfg.sampling, temp=cfg.sampling.temp if cfg.draft_temp is None else cfg.draft_temp)
+    """The draft's transform: the target's, at --draft-temp when given.
+
+    A greedy target with K > 1 drafts samples the alternative drafts at temperature 1 by
+    default (identical greedy drafts would be useless; exactness is unaffected at T = 0).
+    """
+    temp = cfg.sampling.temp if cfg.draft_temp is None else cfg.draft_temp
+    if temp <= 0.0 and cfg.K > 1 and cfg.draft_temp is None:
+        temp = 1.0
+    return replace(cfg.sampling, temp=temp)
 
 
 def speculative_loop(turn: Turn) -> Iterator[Event]:
