@@ -16,6 +16,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     speed.add_args(s)
     s.set_defaults(func=speed.main)
 
+    from localspec.bench import ar
+
+    r = bsub.add_parser("ar", help="AR tok/s through localspec vs llama.cpp's llama-bench (Python cost per token)",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ar.add_args(r)
+    r.set_defaults(func=ar.main)
+
     v = bsub.add_parser("verify", help="micro-benchmark of the verifiers (ms per call, K=4 L=8 V=151,936)")
     v.add_argument("args", nargs=argparse.REMAINDER)
     v.set_defaults(func=lambda a: __import__("localspec.bench.verify_speed", fromlist=["main"]).main(a.args))
