@@ -189,7 +189,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+PASSTHROUGH = {"parse": "localspec.bench.parse", "verify": "localspec.bench.verify_speed"}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) >= 2 and argv[0] == "bench" and argv[1] in PASSTHROUGH:
+        # these benches own their argument parsing (sub-commands and --help of their own)
+        import importlib
+
+        try:
+            return int(importlib.import_module(PASSTHROUGH[argv[1]]).main(argv[2:]) or 0)
+        except LocalspecError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return e.exit_code
     parser = build_parser()
     a = parser.parse_args(argv)
     if not getattr(a, "func", None):

@@ -23,11 +23,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     ar.add_args(r)
     r.set_defaults(func=ar.main)
 
-    v = bsub.add_parser("verify", help="micro-benchmark of the verifiers (ms per call, K=4 L=8 V=151,936)")
+    v = bsub.add_parser("verify", add_help=False, help="micro-benchmark of the verifiers (ms per call, K=4 L=8 V=151,936)")
     v.add_argument("args", nargs=argparse.REMAINDER)
     v.set_defaults(func=lambda a: __import__("localspec.bench.verify_speed", fromlist=["main"]).main(a.args))
 
-    p = bsub.add_parser("parse", help="PARSE accuracy (HumanEval) and speed vs AR")
+    p = bsub.add_parser("parse", add_help=False, help="PARSE accuracy (HumanEval) and speed vs AR")
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(func=lambda a: __import__("localspec.bench.parse", fromlist=["main"]).main(a.args))
 
