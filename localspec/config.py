@@ -40,8 +40,8 @@ class ParseConfig:
     judge: str = "likelihood"
     cuts: int = 8
     min_seg: int = 8
-    threshold: float = 0.5
-    gamma: float = 4.0
+    threshold: float | None = None  # None: the judge's calibrated default (decode/judges.py)
+    gamma: float | None = None  # None: the judge's calibrated default (decode/judges.py)
     two_stage: bool = False
     resume: str = "iterative"
 

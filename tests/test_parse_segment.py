@@ -1,0 +1,128 @@
+"""PARSE segmenter, t* rule, judge statistics and bench guards: pure functions, no model."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from localspec.bench import humaneval as he
+from localspec.bench.parse import auroc
+from localspec.decode.judges import VerdictTokens, prefix_evidence, segment_stat
+from localspec.decode.segment import (
+    BLANK_LINE,
+    LINE_END,
+    SENTENCE_END,
+    boundaries,
+    boundary_kinds,
+    choose_cuts,
+    decide,
+    t_star,
+)
+from localspec.errors import ConfigError
+
+CODE = ["def", " f", "(x", "):\n", "   ", " y", " =", " x", ".append", "(", "1", ")\n", "\n",
+        "   ", " return", " y", "\n"]
+
+
+def test_boundary_kinds_code_stream() -> None:
+    kinds = boundary_kinds(CODE)
+    assert kinds[3] == LINE_END and kinds[11] == LINE_END
+    assert kinds[12] == BLANK_LINE  # a newline right after a line end: a blank line
+    assert kinds[8] == 0  # ".append" is not a sentence end
+    assert boundaries(CODE) == [4, 12, 13, 17]
+
+
+def test_boundary_kinds_prose() -> None:
+    pieces = ["The", " list", " is", " sorted", ".", " Then", " we", " scan", " it", "!\n\n", "Done", "."]
+    kinds = boundary_kinds(pieces)
+    assert kinds[4] == SENTENCE_END  # followed by " Then"
+    assert kinds[9] == BLANK_LINE
+    assert kinds[11] == 0  # last token: no following whitespace seen
+    assert boundary_kinds([b"x = 1.", b"5\n"]) == [0, LINE_END]  # a decimal point is no sentence end
+
+
+def test_choose_cuts_no_boundaries_gives_whole_answer() -> None:
+    assert choose_cuts([], 37, 8, 4) == [37]
+    assert choose_cuts([], 0, 8, 4) == []
+
+
+def test_choose_cuts_more_cuts_than_boundaries() -> None:
+    # every boundary kept (>= min_seg apart, >= min_seg from the end) + the whole answer
+    assert choose_cuts([10, 20, 30], 40, 16, 5) == [10, 20, 30, 40]
+
+
+def test_choose_cuts_min_seg_and_end() -> None:
+    # 12 is 2 after 10; 38 is 2 before the end; both dropped
+    assert choose_cuts([10, 12, 25, 38], 40, 16, 5) == [10, 25, 40]
+    assert choose_cuts([3, 10], 40, 16, 5) == [10, 40]  # 3 is too close to the start
+
+
+def test_choose_cuts_spread_and_limit() -> None:
+    bounds = list(range(5, 100, 5))
+    cuts = choose_cuts(bounds, 100, 4, 5)
+    assert cuts == [25, 50, 75, 100]
+    cuts = choose_cuts(bounds, 100, 1, 5)
+    assert cuts == [100]
+    many = choose_cuts(list(range(1, 300)), 300, 8, 8)
+    assert len(many) == 8 and many[-1] == 300
+    assert all(b - a >= 8 for a, b in zip([0, *many], many, strict=False))
+
+
+def test_decide_monotone_and_not() -> None:
+    thr = 0.5
+    assert decide([0.9, 0.8, 0.7], thr) == 2  # all valid
+    assert decide([0.9, 0.4, 0.3], thr) == 0  # monotone failure after the first cut
+    assert decide([0.9, 0.4, 0.8, 0.3], thr) == 0  # non-monotone: the later 0.8 does not count
+    assert decide([0.3, 0.9, 0.2], thr) == -1  # first prefix already invalid
+    assert decide([0.3, 0.4, 0.9], thr) == 2  # whole answer valid: accepted outright (paper)
+    assert decide([], thr) == -1
+    cuts = [10, 20, 30, 40]
+    assert t_star(cuts, [0.9, 0.9, 0.1, 0.2], thr) == 20
+    assert t_star(cuts, [0.1, 0.9, 0.9, 0.2], thr) == 0
+    assert t_star(cuts, [0.1, 0.1, 0.1, 0.6], thr) == 40
+
+
+def test_segment_statistics() -> None:
+    gaps = np.array([0.0, 3.0, 0.5, 0.0, 5.0, 0.0])
+    assert segment_stat(gaps, 2.0) == pytest.approx(1.0 + 3.0)
+    assert segment_stat(np.zeros(0), 2.0) == 0.0
+    assert segment_stat(gaps, 2.0, "max") == 5.0
+    ev = prefix_evidence(gaps, [2, 4, 6], 2.0)
+    assert ev == [1.0, 1.0, 3.0]  # max over segments: non-decreasing
+    assert all(b >= a for a, b in zip(ev, ev[1:], strict=False))
+
+
+def test_verdict_share() -> None:
+    v = VerdictTokens(np.array([1, 2, 3]), n_ok=2)
+    s = v.score(np.array([0.0, 0.0, math.log(2.0)]))
+    assert s == pytest.approx(0.5)
+
+
+def test_auroc() -> None:
+    assert auroc([0.9, 0.8, 0.1], [True, True, False]) == 1.0
+    assert auroc([0.1, 0.8, 0.9], [True, True, False]) == 0.0
+    assert auroc([0.5, 0.5], [True, False]) == 0.5
+
+
+def test_humaneval_reserved_split_refused() -> None:
+    with pytest.raises(ConfigError, match="reserved"):
+        he.problems([99, 100])
+    with pytest.raises(ConfigError, match="reserved"):
+        he.check_allowed(he.parse_range("150-163"))
+    assert he.parse_range("0-3,7") == [0, 1, 2, 3, 7]
+
+
+def test_humaneval_grading_in_subprocess() -> None:
+    p = he.problems([0])[0]
+    good = (
+        "def has_close_elements(numbers, threshold):\n"
+        "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n"
+    )
+    bad = "def has_close_elements(numbers, threshold):\n    return False\n"
+    body_only = "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n"
+    assert he.passes(p, good)
+    assert not he.passes(p, bad)
+    assert he.passes(p, body_only)  # the prompt (signature) is put in front of a bare body
+    assert not he.passes(p, "def has_close_elements(numbers, threshold):\n    while True: pass\n", timeout=1.0)
