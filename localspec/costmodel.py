@@ -23,7 +23,6 @@ from localspec.config import GenConfig
 BATCH_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 PRIOR_ALPHA = 0.7  # acceptance prior for a same-family pair before anything is measured
 MAX_MEMORY = 400.0  # acceptance evidence kept (older evidence is scaled down): tracks drift
-SPEC_METHODS_T0 = ("sd",)
 MARGIN = 1.05  # speculation must beat AR by 5 % to be chosen (measurement noise)
 
 
@@ -227,16 +226,6 @@ def model_for(session, greedy: bool = True) -> CostModel:
         cm.acceptance.load(path)
         cm.acceptance_path = path
     return cm
-
-
-def choose_method(session, cfg: GenConfig) -> str:
-    """Pick the method (and K, L when the user left them to auto); 'ar' if nothing pays."""
-    cm = model_for(session, cfg.sampling.temp <= 0)
-    best, _ = cm.choose(cfg)
-    if best is None:
-        return "ar"
-    cfg.K, cfg.L = best.K, best.L
-    return best.method
 
 
 def explain(session, cfg: GenConfig) -> str:
