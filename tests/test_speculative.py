@@ -162,3 +162,17 @@ def test_greedy_multi_draft_divergence_only_at_near_ties(smollm2_path, smollm2_q
         assert gap < 1.0, (prompt, gap)
         checked += 1
     print(f"divergences at near-ties: {checked}/{len(PROMPTS)} prompts")
+
+
+def test_auto_falls_back_to_ar_when_speculation_cannot_pay(smollm2_path, smollm2_q4_0_path):
+    """A draft as expensive as the target can never pay: auto must run plain decoding."""
+    from localspec.costmodel import explain
+
+    s = session(smollm2_path, smollm2_q4_0_path)
+    cfg = GenConfig(method="auto", n_predict=24, auto_K=True, auto_L=True)
+    table = explain(s, cfg)
+    assert "choice: ar" in table and "sd" in table
+    done = gen(s, PROMPTS[1], method="auto", n_predict=24, auto_K=True, auto_L=True)[-1]
+    assert done.stats.choice_note.startswith("ar") and done.stats.ar_estimate > 0
+    ar = gen(s, PROMPTS[1], method="ar", n_predict=24)[-1]
+    assert done.text == ar.text
