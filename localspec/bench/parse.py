@@ -266,14 +266,15 @@ def candidate_scores(rec: dict) -> dict[str, float]:
     for f in (1.0, 2.0, 3.0):
         out[f"seg:max-sum-gap>{f:g}"] = -max(float(np.maximum(s - f, 0).sum()) for s in seg if s.size)
     out["seg:max-mean-gap"] = -max(float(s.mean()) for s in seg if s.size)
-    # hybrids: prompt log-odds minus a multiple of a likelihood statistic
+    # hybrids: prompt log-odds minus a multiple of a likelihood statistic (the shipped
+    # hybrid uses the segment statistic: seg:max-sum-gap>1)
     for ph in ("tests", "code", "generic"):
         if ph not in rec["prompt_whole"]:
             continue
         pv = min(max(rec["prompt_whole"][ph], 1e-6), 1 - 1e-6)
         lo = math.log(pv / (1 - pv))
-        for a in (0.25, 0.5, 1.0):
-            out[f"hyb:{ph}-{a:g}*sum-gap>1"] = lo + a * out["lik:sum-gap>1"]
+        for a in (0.1, 0.25, 0.5, 1.0):
+            out[f"hyb:{ph}-{a:g}*seg-sum-gap>1"] = lo + a * out["seg:max-sum-gap>1"]
             out[f"hyb:{ph}-{a:g}*max-gap"] = lo + a * out["lik:max-gap"]
     return out
 

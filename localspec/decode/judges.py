@@ -158,9 +158,9 @@ def _sigmoid(x: float) -> float:
 # ParseConfig values that are not None override them (threshold, gamma; and the optional
 # attributes phrasing, stat, floor, weight that the bench sets).
 JUDGE_DEFAULTS: dict[str, dict] = {
-    "likelihood": {"threshold": None, "gamma": 2.0, "phrasing": None, "stat": "sum", "floor": 1.0, "weight": 0.0},
+    "likelihood": {"threshold": None, "gamma": 4.0, "phrasing": None, "stat": "sum", "floor": 1.0, "weight": 0.0},
     "prompt": {"threshold": 0.82, "gamma": 0.0, "phrasing": "generic", "stat": "sum", "floor": 1.0, "weight": 0.0},
-    "hybrid": {"threshold": 0.85, "gamma": 0.0, "phrasing": "tests", "stat": "sum", "floor": 1.0, "weight": 0.25},
+    "hybrid": {"threshold": 0.8, "gamma": 0.0, "phrasing": "tests", "stat": "sum", "floor": 1.0, "weight": 0.25},
 }
 
 
