@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from localspec.bench import humaneval as he
-from localspec.bench.parse import auroc
+from localspec.bench.parse import auroc, judge_auroc_table
 from localspec.decode.judges import VerdictTokens, prefix_evidence, segment_stat
 from localspec.decode.segment import (
     BLANK_LINE,
@@ -104,6 +104,22 @@ def test_auroc() -> None:
     assert auroc([0.9, 0.8, 0.1], [True, True, False]) == 1.0
     assert auroc([0.1, 0.8, 0.9], [True, True, False]) == 0.0
     assert auroc([0.5, 0.5], [True, False]) == 0.5
+
+
+def test_judge_auroc_table_reads_whole_draft_scores(capsys: pytest.CaptureFixture[str]) -> None:
+    def rec(i: int, score: float, full: bool = True) -> dict:
+        cuts = [5, 10] if full else [5, 8]
+        return {"index": i, "method": "parse:x", "pass": True,
+                "parse": {"rounds": [{"cuts": cuts, "scores": [0.0, score], "draft_tokens": 10}]}}
+
+    by = {
+        "draft": [{"index": i, "pass": ok} for i, ok in enumerate([True, True, False, False])],
+        # problem 3's last cut is not the whole draft: it must be left out (else AUROC < 1)
+        "parse:x": [rec(0, 0.9), rec(1, 0.7), rec(2, 0.2), rec(3, 0.95, full=False)],
+    }
+    judge_auroc_table(by, {0, 1, 2, 3})
+    out = capsys.readouterr().out
+    assert "| parse:x | 1.000 | 2 | 1 |" in out
 
 
 def test_humaneval_reserved_split_refused() -> None:

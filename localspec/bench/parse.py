@@ -412,7 +412,34 @@ def summarize(args: argparse.Namespace) -> int:
         rr = f"{np.mean(rounds):.2f}" if rounds else "-"
         ad = f"{accepted / drafted:.2f}" if drafted else "-"
         print(f"| {m} | {100 * acc:.1f}% | {toks} | {secs:.1f} | {toks / secs:.1f} | {sp:.2f}x | {rr} | {ad} |")
+    judge_auroc_table(by, common)
     return 0
+
+
+def judge_auroc_table(by: dict[str, list[dict]], common: set[int]) -> None:
+    """Each PARSE setting's first-round score of the whole draft vs that draft's pass/fail.
+
+    The same discrimination measure as `auroc` on the calibration split, but read from the
+    judge that actually ran in the report (an evaluation, not a choice: nothing is tuned on
+    it)."""
+    draft_pass = {r["index"]: r["pass"] for r in by.get("draft", []) if r["index"] in common}
+    rows = []
+    for m, rs in by.items():
+        scores, labels = [], []
+        for r in rs:
+            if not r.get("parse") or r["index"] not in draft_pass or not r["parse"]["rounds"]:
+                continue
+            r0 = r["parse"]["rounds"][0]
+            if r0["cuts"] and r0["cuts"][-1] == r0["draft_tokens"]:
+                scores.append(r0["scores"][-1])
+                labels.append(draft_pass[r["index"]])
+        if scores:
+            rows.append((m, auroc(scores, labels), sum(labels), len(labels) - sum(labels)))
+    if rows:
+        print("\n| judge (as run) | AUROC of the whole-draft score | drafts passing | failing |")
+        print("|---|---|---|---|")
+        for m, a, npos, nneg in rows:
+            print(f"| {m} | {a:.3f} | {npos} | {nneg} |")
 
 
 # ---------------------------------------------------------------- entry point
