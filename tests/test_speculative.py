@@ -176,3 +176,35 @@ def test_auto_falls_back_to_ar_when_speculation_cannot_pay(smollm2_path, smollm2
     assert done.stats.choice_note.startswith("ar") and done.stats.ar_estimate > 0
     ar = gen(s, PROMPTS[1], method="ar", n_predict=24)[-1]
     assert done.text == ar.text
+
+
+def test_greedy_draft_stops_at_low_confidence(smollm2_q4_0_path):
+    """A greedy draft row is one-hot; the cut-off must still see the model's real confidence.
+
+    Without that, `auto`'s dynamic draft length never triggered at T = 0 (every row had
+    top probability 1) and every greedy iteration drafted the full L.
+    """
+    import math
+
+    from localspec.decode.proposer import _Confidence, propose
+    from localspec.decode.state import KVState
+    from localspec.sampling import transform_row
+
+    greedy = SamplingConfig(temp=0.0)
+    lg = np.array([2.0, 0.0, math.log(3.0) + 0.0, -50.0], dtype=np.float32)  # p = e^2/(e^2+1+3)
+    conf = _Confidence(greedy, 0.5)
+    assert conf(lg, transform_row(lg, greedy)) == pytest.approx(math.exp(2) / (math.exp(2) + 4), rel=1e-6)
+    assert _Confidence(greedy, 0.0)(lg, transform_row(lg, greedy)) == 1.0  # cut-off off: row value
+
+    ctx = Context(model(smollm2_q4_0_path), n_ctx=512, n_batch=64, n_seq_max=2, threads=1)
+    toks = model(smollm2_q4_0_path).tokenize("The list of the ten best", add_special=True)
+    lengths = {}
+    for mc in (0.0, 0.999999):
+        ctx.seq_rm(0, 0, -1)
+        st = KVState(ctx)
+        st.sync(toks)
+        trie = propose(st, 1, 12, greedy, np.random.default_rng(0), min_confidence=mc)
+        lengths[mc] = trie.L
+        st.drop_drafts()
+    assert lengths[0.0] == 12
+    assert 1 <= lengths[0.999999] < 12

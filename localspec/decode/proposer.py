@@ -76,11 +76,13 @@ def propose(
     row = b.add_sequence(dft.pending, dft.n_past, all_ids, True)
     ctx.decode()
     base = dft.n_past + len(dft.pending)  # position of depth-1 tokens
-    frontier: list[tuple[int, SparseRow, list[int]]] = [(-1, transform_row(ctx.logits(row), sampling), list(range(K)))]
+    conf = _Confidence(sampling, min_confidence)
+    first = ctx.logits(row)
+    frontier: list[tuple[int, SparseRow, list[int]]] = [(-1, transform_row(first, sampling), list(range(K)))]
+    confs = [conf(first, frontier[0][1])]
     for depth in range(1, L + 1):
-        if depth > 1 and min_confidence > 0.0:
-            if max(float(r.probs[0]) for _, r, _ in frontier) < min_confidence:
-                break
+        if depth > 1 and min_confidence > 0.0 and max(confs) < min_confidence:
+            break
         new_nodes: list[int] = []
         for parent, r, members in frontier:
             groups: dict[int, list[int]] = {}
@@ -100,10 +102,35 @@ def propose(
         rows = [b.add(trie.nodes[n].token, base + depth - 1, trie.nodes[n].seq_ids, True) for n in new_nodes]
         ctx.decode()
         trie.evaluated_depth = depth
-        frontier = [
-            (n, transform_row(ctx.logits(r), sampling), trie.nodes[n].members) for n, r in zip(new_nodes, rows, strict=True)
-        ]
+        frontier, confs = [], []
+        for n, r in zip(new_nodes, rows, strict=True):
+            lg = ctx.logits(r)
+            frontier.append((n, transform_row(lg, sampling), trie.nodes[n].members))
+            confs.append(conf(lg, frontier[-1][1]))
     return trie
+
+
+class _Confidence:
+    """The draft's confidence in its next token: its top probability.
+
+    Sampled drafts read it off the transformed row. A greedy row is one-hot (probability 1
+    whatever the logits), which would switch the cut-off off exactly where drafts are long;
+    there the confidence is the top probability of the untempered softmax, computed in one
+    reused float32 buffer (no per-step allocation of a vocabulary-sized array).
+    """
+
+    def __init__(self, sampling: SamplingConfig, min_confidence: float) -> None:
+        self.raw = sampling.temp <= 0.0 and min_confidence > 0.0
+        self.buf: np.ndarray | None = None
+
+    def __call__(self, logits: np.ndarray, row: SparseRow) -> float:
+        if not self.raw:
+            return float(row.probs[0])
+        if self.buf is None or self.buf.shape != logits.shape:
+            self.buf = np.empty_like(logits, dtype=np.float32)
+        np.subtract(logits, logits[row.ids[0]], out=self.buf)
+        np.exp(self.buf, out=self.buf)
+        return float(1.0 / self.buf.sum(dtype=np.float64))
 
 
 def commit_draft(dft: KVState, trie: DraftTrie, k: int, tau: int, correction: int) -> None:
