@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from localspec.bench import humaneval as he
-from localspec.bench.parse import auroc, judge_auroc_table
+from localspec.bench.parse import auroc, judge_auroc_table, plot_tradeoff, summary_rows
 from localspec.decode.judges import VerdictTokens, prefix_evidence, segment_stat
 from localspec.decode.segment import (
     BLANK_LINE,
@@ -120,6 +120,26 @@ def test_judge_auroc_table_reads_whole_draft_scores(capsys: pytest.CaptureFixtur
     judge_auroc_table(by, {0, 1, 2, 3})
     out = capsys.readouterr().out
     assert "| parse:x | 1.000 | 2 | 1 |" in out
+
+
+def test_summary_rows_use_problems_every_method_finished(tmp_path) -> None:
+    recs = [
+        {"index": 0, "method": "ar", "pass": True, "seconds": 10.0, "n_tokens": 100},
+        {"index": 1, "method": "ar", "pass": False, "seconds": 10.0, "n_tokens": 100},
+        {"index": 0, "method": "parse:x", "pass": True, "seconds": 4.0, "n_tokens": 100,
+         "parse": {"rounds": [{"draft_tokens": 100, "accepted_tokens": 80}]}},
+        {"index": 1, "method": "parse:x", "pass": True, "seconds": 6.0, "n_tokens": 100,
+         "parse": {"rounds": [{"draft_tokens": 100, "accepted_tokens": 20}]}},
+        {"index": 2, "method": "ar", "pass": True, "seconds": 99.0, "n_tokens": 100},  # parse:x missing
+    ]
+    common, rows = summary_rows(recs, range(3))
+    assert common == {0, 1}
+    r = {x["method"]: x for x in rows}
+    assert r["ar"]["pass_at_1"] == 0.5 and r["parse:x"]["pass_at_1"] == 1.0
+    assert r["parse:x"]["speedup"] == pytest.approx(2.0)  # 20 s of AR / 10 s
+    assert r["parse:x"]["accepted_share"] == pytest.approx(0.5)
+    png = plot_tradeoff(rows, tmp_path / "t.png", "t")
+    assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_humaneval_reserved_split_refused() -> None:

@@ -384,36 +384,79 @@ def _first_draft(events: list[Event]) -> str:
     return _visible(text)
 
 
-def summarize(args: argparse.Namespace) -> int:
-    recs = _load(Path(args.out) / f"report-{args.tag}.jsonl")
-    idx = set(he.parse_range(args.problems))
-    recs = [r for r in recs if r["index"] in idx]
+def summary_rows(recs: list[dict], problems: Iterable[int]) -> tuple[set[int], list[dict]]:
+    """Per method over the problems every method finished: pass@1, time, speedup vs AR."""
+    idx = set(problems)
     by: dict[str, list[dict]] = {}
     for r in recs:
-        by.setdefault(r["method"], []).append(r)
+        if r["index"] in idx:
+            by.setdefault(r["method"], []).append(r)
     common = set.intersection(*[{r["index"] for r in v} for v in by.values()]) if by else set()
     ar = {r["index"]: r for r in by.get("ar", [])}
-    print(f"{len(common)} problems ({min(common, default=0)}-{max(common, default=0)}) run by every method")
-    print("| method | pass@1 | tokens | seconds | tok/s | speedup vs AR (time) | rounds/answer | accepted/drafted |")
-    print("|---|---|---|---|---|---|---|---|")
     ar_secs = sum(ar[i]["seconds"] for i in common if i in ar)
+    rows = []
     for m, rs in by.items():
         rs = [r for r in rs if r["index"] in common]
         if not rs:
             continue
-        n = len(rs)
-        acc = sum(r["pass"] for r in rs) / n
         secs = sum(r["seconds"] for r in rs)
-        toks = sum(r["n_tokens"] for r in rs)
-        rounds = [len(r["parse"]["rounds"]) for r in rs if r.get("parse")]
-        drafted = sum(x["draft_tokens"] for r in rs if r.get("parse") for x in r["parse"]["rounds"])
-        accepted = sum(x["accepted_tokens"] for r in rs if r.get("parse") for x in r["parse"]["rounds"])
-        sp = ar_secs / secs if secs and ar_secs else float("nan")
-        rr = f"{np.mean(rounds):.2f}" if rounds else "-"
-        ad = f"{accepted / drafted:.2f}" if drafted else "-"
-        print(f"| {m} | {100 * acc:.1f}% | {toks} | {secs:.1f} | {toks / secs:.1f} | {sp:.2f}x | {rr} | {ad} |")
+        parse_rounds = [x for r in rs if r.get("parse") for x in r["parse"]["rounds"]]
+        drafted = sum(x["draft_tokens"] for x in parse_rounds)
+        rows.append({
+            "method": m, "n": len(rs), "pass_at_1": sum(r["pass"] for r in rs) / len(rs), "seconds": secs,
+            "tokens": sum(r["n_tokens"] for r in rs),
+            "speedup": ar_secs / secs if secs and ar_secs else float("nan"),
+            "rounds": float(np.mean([len(r["parse"]["rounds"]) for r in rs if r.get("parse")])) if drafted else None,
+            "accepted_share": sum(x["accepted_tokens"] for x in parse_rounds) / drafted if drafted else None,
+        })
+    return common, rows
+
+
+def summarize(args: argparse.Namespace) -> int:
+    recs = _load(Path(args.out) / f"report-{args.tag}.jsonl")
+    common, rows = summary_rows(recs, he.parse_range(args.problems))
+    print(f"{len(common)} problems ({min(common, default=0)}-{max(common, default=0)}) run by every method")
+    print("| method | pass@1 | tokens | seconds | tok/s | speedup vs AR (time) | rounds/answer | accepted/drafted |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        rr = "-" if r["rounds"] is None else f"{r['rounds']:.2f}"
+        ad = "-" if r["accepted_share"] is None else f"{r['accepted_share']:.2f}"
+        print(f"| {r['method']} | {100 * r['pass_at_1']:.1f}% | {r['tokens']} | {r['seconds']:.1f} | "
+              f"{r['tokens'] / r['seconds']:.1f} | {r['speedup']:.2f}x | {rr} | {ad} |")
+    by: dict[str, list[dict]] = {}
+    for r in recs:
+        if r["index"] in common:
+            by.setdefault(r["method"], []).append(r)
     judge_auroc_table(by, common)
+    if getattr(args, "plot", None):
+        path = plot_tradeoff(rows, Path(args.plot), f"PARSE {args.tag}: HumanEval {args.problems}")
+        if path is not None:
+            print(f"\nplot: {path}")
     return 0
+
+
+def plot_tradeoff(rows: list[dict], path: Path, title: str) -> Path | None:
+    """pass@1 vs speedup, one labelled point per method: the tau/gamma sweep at a glance."""
+    from localspec.bench.plots import _pyplot
+
+    plt = _pyplot()
+    if plt is None:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, r in enumerate(sorted(rows, key=lambda r: r["speedup"])):
+        ax.scatter(r["speedup"], 100 * r["pass_at_1"], color="tab:red" if r["method"] == "ar" else "tab:blue")
+        # neighbours often share a pass@1 (a few problems decide it): stagger their labels
+        ax.annotate(r["method"].removeprefix("parse:"), (r["speedup"], 100 * r["pass_at_1"]), fontsize=7,
+                    xytext=(4, (4, -10, 14)[i % 3]), textcoords="offset points")
+    ax.set_xlabel("speedup vs target alone (wall clock)")
+    ax.set_ylabel("pass@1 (%)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def judge_auroc_table(by: dict[str, list[dict]], common: set[int]) -> None:
@@ -472,6 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-ar", action="store_true", help="skip the AR baseline (already in the file)")
     s = sub.add_parser("summary", help="print the table of a finished report")
     common(s, "40-99")
+    s.add_argument("--plot", default=None, help="also draw pass@1 vs speedup per setting into this PNG")
     return ap
 
 
