@@ -50,8 +50,9 @@ def add_gen_args(p: argparse.ArgumentParser) -> None:
                     help="likelihood judge: a prefix passes while its segment gap sum stays "
                     "under gamma nats (default 4, calibrated on HumanEval 0-39; lower = stricter)")
     pa.add_argument("--parse-two-stage", action="store_true", help="judge the whole answer alone first")
-    pa.add_argument("--parse-resume", default="iterative", choices=["iterative", "target"],
-                    help="after a cut: re-draft (iterative) or let the target finish")
+    pa.add_argument("--parse-resume", default="iterative", choices=["iterative", "target", "spec"],
+                    help="after a cut: re-draft (iterative), let the target finish alone (target), or "
+                    "finish with lossless speculative decoding (spec: PARSE composed with sd/mdbv)")
 
 
 def gen_config(a: argparse.Namespace) -> GenConfig:

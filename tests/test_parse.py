@@ -178,3 +178,32 @@ def test_cuts_clamped_to_sequences(smollm2_path: Path) -> None:
     assert "clamped to 3" in done.stats.parse["notes"][0]
     assert all(len(e.cuts) <= 3 for e in events if isinstance(e, Judged))
     sess.close()
+
+
+def test_resume_spec_is_parse_composed_with_lossless_decoding(smollm2_path: Path, smollm2_q4_0_path: Path) -> None:
+    """A judge that trusts nothing + resume=spec: every token is verified by the target, so
+    the greedy answer is the target's own, written in speculative blocks (fewer target
+    calls than tokens)."""
+    sess = session(smollm2_path, smollm2_q4_0_path, threads=1)
+    pc = ParseConfig(judge="prompt", threshold=1.01, cuts=4, min_seg=4, resume="spec")
+    events = _run(sess, GenConfig(method="parse", n_predict=60, seed=0, L=4, parse=pc))
+    done = events[-1]
+    assert isinstance(done, Done)
+    rounds = done.stats.parse["rounds"]
+    assert len(rounds) == 1 and rounds[0]["t_star"] == 0 and rounds[0]["target_tokens"] > 1
+    assert done.stats.target_calls < done.stats.n_tokens  # blocks, not one decode per token
+    assert "".join(e.text for e in events if isinstance(e, Accepted | Written)) == done.text
+    sess.close()
+    # the target's own greedy answer -- up to llama.cpp's batch-size numerics: the judge pass
+    # scores the answer in one big batch, AR one token at a time, so an argmax may flip where
+    # two logits nearly tie (DESIGN.md); any divergence must be such a near-tie
+    from tests.test_speculative import first_divergence_gap
+
+    ref = session(smollm2_path, threads=1)
+    prompt = ref._prompt_tokens(ref.template.render([{"role": "user", "content": QUESTION}]))
+    ar_events = list(ref.complete(QUESTION, GenConfig(method="ar", n_predict=60, seed=0)))
+    ar = [t for e in ar_events if isinstance(e, Written) for t in e.tokens]
+    got = [t for e in events if isinstance(e, Accepted | Written) for t in e.tokens]
+    ref.close()
+    gap = first_divergence_gap(None, smollm2_path, ar, got, prompt)
+    assert gap is None or gap < 1.0, f"diverged from the target's greedy answer with a logit gap of {gap}"

@@ -16,7 +16,9 @@ One round, top to bottom:
              extends t* with no extra decode and yields the target's next token;
   6. commit  the target keeps its KV for the accepted prefix (nothing is re-evaluated);
   7. resume  "iterative": the target writes to the end of the current line, then the draft
-             re-drafts the rest (next round); "target": the target finishes alone.
+             re-drafts the rest (next round); "target": the target finishes alone;
+             "spec": the target finishes with lossless speculative decoding (PARSE
+             composed with sd / mdbv: the part after the cut is exactly the target's law).
 
 Lossy by design (a judged-valid prefix is kept even where the target would have written
 something else); the accuracy cost is measured by `localspec bench parse`.
@@ -39,10 +41,12 @@ from localspec.decode.parse_pass import (
     judge_pass,
 )
 from localspec.decode.segment import boundaries, choose_cuts, decide
+from localspec.decode.speculative import SpecSettings, draft_sampling, spec_iteration
 from localspec.decode.state import MAIN
 from localspec.decode.turn import Turn
 from localspec.events import Accepted, Cut, Drafted, Event, Judged, Rejected, Stats, Written
 from localspec.sampling import SparseRow, sample_row, transform_row
+from localspec.verify import NumpyRNG
 
 TAIL_VERIFIER = "gbv"  # lossless for K = 1 and at least as long as token-level sd
 MAX_TARGET_SEGMENT = 48  # iterative resume: the target never writes more than this per round
@@ -218,6 +222,24 @@ def _target_write(turn: Turn, until_newline: bool) -> Iterator[Event]:
         yield Written((tok,), text, "target")
 
 
+def _spec_finish(turn: Turn) -> Iterator[Event]:
+    """Finish the answer with the lossless speculative loop (one target decode per block).
+
+    Greedy: sd (exact for any draft); sampled: mdbv with the configured K (K = 1 is block
+    verification). Draft length: the configured L.
+    """
+    greedy = turn.cfg.sampling.temp <= 0.0
+    st = SpecSettings("sd" if greedy else "mdbv", 1 if greedy else turn.cfg.K, turn.cfg.L)
+    rng = NumpyRNG(turn.rng)
+    dsampling = draft_sampling(turn.cfg)
+    while not turn.should_stop():
+        events = spec_iteration(turn, st, rng, dsampling)
+        if events is None:
+            turn.emitter.close("context_full")
+            return
+        yield from events
+
+
 def judge_round(turn: Turn, judge: Judge, answer: list[int], cuts: list[int]) -> tuple[PassResult, list[float]]:
     """The target pass(es) of one round and the prefix scores (two-stage: whole answer first)."""
     tgt = turn.target
@@ -296,7 +318,10 @@ def parse_loop(turn: Turn) -> Iterator[Event]:
         })
         if not emitter.done:
             n_before = len(emitter.tokens)
-            yield from _target_write(turn, until_newline=pcfg.resume != "target")
+            if pcfg.resume == "spec":
+                yield from _spec_finish(turn)
+            else:
+                yield from _target_write(turn, until_newline=pcfg.resume != "target")
             stats.parse["rounds"][-1]["target_tokens"] = 1 + len(emitter.tokens) - n_before
         yield turn.tick()
 
