@@ -41,12 +41,11 @@ from localspec.decode.parse_pass import (
     judge_pass,
 )
 from localspec.decode.segment import boundaries, choose_cuts, decide
-from localspec.decode.speculative import SpecSettings, draft_sampling, spec_iteration
+from localspec.decode.speculative import SpecSettings, run_blocks
 from localspec.decode.state import MAIN
 from localspec.decode.turn import Turn
 from localspec.events import Accepted, Cut, Drafted, Event, Judged, Rejected, Stats, Written
 from localspec.sampling import SparseRow, sample_row, transform_row
-from localspec.verify import NumpyRNG
 
 TAIL_VERIFIER = "gbv"  # lossless for K = 1 and at least as long as token-level sd
 MAX_TARGET_SEGMENT = 48  # iterative resume: the target never writes more than this per round
@@ -229,15 +228,7 @@ def _spec_finish(turn: Turn) -> Iterator[Event]:
     verification). Draft length: the configured L.
     """
     greedy = turn.cfg.sampling.temp <= 0.0
-    st = SpecSettings("sd" if greedy else "mdbv", 1 if greedy else turn.cfg.K, turn.cfg.L)
-    rng = NumpyRNG(turn.rng)
-    dsampling = draft_sampling(turn.cfg)
-    while not turn.should_stop():
-        events = spec_iteration(turn, st, rng, dsampling)
-        if events is None:
-            turn.emitter.close("context_full")
-            return
-        yield from events
+    yield from run_blocks(turn, SpecSettings("sd" if greedy else "mdbv", 1 if greedy else turn.cfg.K, turn.cfg.L))
 
 
 def judge_round(turn: Turn, judge: Judge, answer: list[int], cuts: list[int]) -> tuple[PassResult, list[float]]:

@@ -148,7 +148,13 @@ def draft_sampling(cfg: GenConfig) -> SamplingConfig:
 def speculative_loop(turn: Turn) -> Iterator[Event]:
     """Generate with K drafts of L tokens per target call, verified by the configured method."""
     cfg = turn.cfg
-    st = SpecSettings(turn.method or cfg.method, cfg.K, cfg.L)
+    yield from run_blocks(turn, SpecSettings(turn.method or cfg.method, cfg.K, cfg.L))
+
+
+def run_blocks(turn: Turn, st: SpecSettings) -> Iterator[Event]:
+    """Speculative iterations with fixed settings until the turn stops (also PARSE's
+    `--parse-resume spec` finish)."""
+    cfg = turn.cfg
     rng = NumpyRNG(turn.rng)
     dsampling = draft_sampling(cfg)
     while not turn.should_stop():
