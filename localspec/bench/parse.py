@@ -384,13 +384,17 @@ def _first_draft(events: list[Event]) -> str:
     return _visible(text)
 
 
-def summary_rows(recs: list[dict], problems: Iterable[int]) -> tuple[set[int], list[dict]]:
-    """Per method over the problems every method finished: pass@1, time, speedup vs AR."""
-    idx = set(problems)
+def _by_method(recs: list[dict], problems: set[int]) -> dict[str, list[dict]]:
     by: dict[str, list[dict]] = {}
     for r in recs:
-        if r["index"] in idx:
+        if r["index"] in problems:
             by.setdefault(r["method"], []).append(r)
+    return by
+
+
+def summary_rows(recs: list[dict], problems: Iterable[int]) -> tuple[set[int], list[dict]]:
+    """Per method over the problems every method finished: pass@1, time, speedup vs AR."""
+    by = _by_method(recs, set(problems))
     common = set.intersection(*[{r["index"] for r in v} for v in by.values()]) if by else set()
     ar = {r["index"]: r for r in by.get("ar", [])}
     ar_secs = sum(ar[i]["seconds"] for i in common if i in ar)
@@ -423,11 +427,7 @@ def summarize(args: argparse.Namespace) -> int:
         ad = "-" if r["accepted_share"] is None else f"{r['accepted_share']:.2f}"
         print(f"| {r['method']} | {100 * r['pass_at_1']:.1f}% | {r['tokens']} | {r['seconds']:.1f} | "
               f"{r['tokens'] / r['seconds']:.1f} | {r['speedup']:.2f}x | {rr} | {ad} |")
-    by: dict[str, list[dict]] = {}
-    for r in recs:
-        if r["index"] in common:
-            by.setdefault(r["method"], []).append(r)
-    judge_auroc_table(by, common)
+    judge_auroc_table(_by_method(recs, common), common)
     if getattr(args, "plot", None):
         path = plot_tradeoff(rows, Path(args.plot), f"PARSE {args.tag}: HumanEval {args.problems}")
         if path is not None:
