@@ -186,25 +186,59 @@ def test_greedy_draft_stops_at_low_confidence(smollm2_q4_0_path):
     """
     import math
 
-    from localspec.decode.proposer import _Confidence, propose
+    from localspec.decode.proposer import FixedCutoff, _Confidence, propose
     from localspec.decode.state import KVState
     from localspec.sampling import transform_row
 
     greedy = SamplingConfig(temp=0.0)
     lg = np.array([2.0, 0.0, math.log(3.0) + 0.0, -50.0], dtype=np.float32)  # p = e^2/(e^2+1+3)
-    conf = _Confidence(greedy, 0.5)
+    conf = _Confidence(greedy, True)
     assert conf(lg, transform_row(lg, greedy)) == pytest.approx(math.exp(2) / (math.exp(2) + 4), rel=1e-6)
-    assert _Confidence(greedy, 0.0)(lg, transform_row(lg, greedy)) == 1.0  # cut-off off: row value
+    assert _Confidence(greedy, False)(lg, transform_row(lg, greedy)) == 1.0  # no cut-off: row value
 
     ctx = Context(model(smollm2_q4_0_path), n_ctx=512, n_batch=64, n_seq_max=2, threads=1)
     toks = model(smollm2_q4_0_path).tokenize("The list of the ten best", add_special=True)
     lengths = {}
-    for mc in (0.0, 0.999999):
+    confs = {}
+    for p_min in (None, 0.999999):
         ctx.seq_rm(0, 0, -1)
         st = KVState(ctx)
         st.sync(toks)
-        trie = propose(st, 1, 12, greedy, np.random.default_rng(0), min_confidence=mc)
-        lengths[mc] = trie.L
+        trie = propose(st, 1, 12, greedy, np.random.default_rng(0), None if p_min is None else FixedCutoff(p_min))
+        lengths[p_min], confs[p_min] = trie.L, trie.conf[0]
         st.drop_drafts()
-    assert lengths[0.0] == 12
+    assert lengths[None] == 12
     assert 1 <= lengths[0.999999] < 12
+    assert all(c < 1.0 for c in confs[0.999999][1:])  # real confidences were recorded
+
+
+def test_draft_stop_weighs_the_whole_path_not_the_last_token(smollm2_q4_0_path):
+    """The dynamic length multiplies acceptance chances along the draft: a run of tokens that
+    are each fairly likely stops once their product is too small to pay, even though every
+    single one would pass a per-token cut-off at the same level."""
+    from localspec.decode.proposer import propose
+    from localspec.decode.state import KVState
+
+    class ProductStop:
+        def __init__(self) -> None:
+            self.seen: list[tuple[int, float]] = []
+
+        def accept_prob(self, conf: float) -> float:
+            return 0.8  # every token: 80 %
+
+        def worth(self, depth: int, p: float) -> bool:
+            self.seen.append((depth, p))
+            return p > 0.5  # 0.8^3 = 0.51 passes, 0.8^4 = 0.41 does not
+
+    ctx = Context(model(smollm2_q4_0_path), n_ctx=512, n_batch=64, n_seq_max=2, threads=1)
+    st = KVState(ctx)
+    st.sync(model(smollm2_q4_0_path).tokenize("The list of the ten best", add_special=True))
+    stop = ProductStop()
+    evals = ctx.n_decodes
+    trie = propose(st, 1, 12, SamplingConfig(temp=0.0), np.random.default_rng(0), stop)
+    assert trie.L == 3
+    # the 3rd token is drafted but not decoded: a 4th could not pay whatever its confidence
+    assert trie.evaluated_depth == 2 and ctx.n_decodes - evals == 3
+    # each depth is asked twice: before the decode (best case) and after it (its real row)
+    assert [d for d, _ in stop.seen] == [2, 2, 3, 3, 4]
+    assert stop.seen[-1][1] == pytest.approx(0.8**4)

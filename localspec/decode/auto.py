@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from localspec.costmodel import CostModel
+from localspec.costmodel import DYNAMIC_MAX_L, CostModel
 from localspec.decode.autoregressive import ar_step
 from localspec.decode.speculative import SpecSettings, draft_sampling, spec_iteration
 from localspec.decode.turn import Turn
@@ -27,12 +27,20 @@ def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
     if best is None:
         turn.stats.choice_note = f"ar (alpha={cm.acceptance.alpha:.2f}: nothing predicted above {ar:.1f} tok/s)"
         return None
-    mc = cm.min_confidence(best.K, best.L) if turn.cfg.dynamic_draft else 0.0
+    if not turn.cfg.dynamic_draft:
+        turn.stats.choice_note = (
+            f"{best.method} K={best.K} L={best.L} (alpha={cm.acceptance.alpha:.2f}, predicted "
+            f"{best.tok_per_s / ar:.2f}x AR)"
+        )
+        return SpecSettings(best.method, best.K, best.L)
+    # dynamic length: L becomes a cap (the chosen L when the user gave one) and the
+    # calibrated stop rule ends each draft where one more token stops paying
+    cap = max(best.L, DYNAMIC_MAX_L) if turn.cfg.auto_L else best.L
     turn.stats.choice_note = (
-        f"{best.method} K={best.K} L={best.L} (alpha={cm.acceptance.alpha:.2f}, predicted "
-        f"{best.tok_per_s / ar:.2f}x AR)"
+        f"{best.method} K={best.K} L<={cap} dynamic (alpha={cm.acceptance.alpha:.2f}, predicted "
+        f"{best.tok_per_s / ar:.2f}x AR at L={best.L})"
     )
-    return SpecSettings(best.method, best.K, best.L, mc)
+    return SpecSettings(best.method, best.K, cap, cm.draft_stop(best))
 
 
 def auto_loop(turn: Turn) -> Iterator[Event]:
@@ -52,7 +60,7 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
             if events is not None:
                 assert turn.last_decision is not None
                 tau, L, overhead = turn.last_decision
-                cm.acceptance.update(tau, L)
+                cm.acceptance.update(tau, L, turn.last_confs)
                 cm.overhead = 0.9 * cm.overhead + 0.1 * overhead
         else:
             events = ar_step(turn)

@@ -9,6 +9,7 @@ needs are kept.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -39,6 +40,7 @@ class DraftTrie:
     nodes: list[Node] = field(default_factory=list)
     path: list[list[int]] = field(default_factory=list)  # path[k][i] = node of draft k, depth i+1
     q: list[list[SparseRow]] = field(default_factory=list)  # q[k][i] = row token i was drawn from
+    conf: list[list[float]] = field(default_factory=list)  # conf[k][i] = draft's confidence at token i
     evaluated_depth: int = 0  # nodes of depth <= this are in the draft KV
 
     @property
@@ -50,62 +52,99 @@ class DraftTrie:
         return np.array([[self.nodes[n].token for n in p] for p in self.path], dtype=np.int64).reshape(self.K, -1)
 
 
+class DraftStop(Protocol):
+    """When to stop drafting: the cost model's rule (costmodel.CalibratedStop) or a fixed cut-off.
+
+    accept_prob(c): the chance a draft token drawn from a row of confidence c is accepted.
+    worth(depth, p): whether drafting token `depth` (1-based) pays when the chance that the
+    whole draft up to and including it is accepted is p.
+    """
+
+    def accept_prob(self, conf: float) -> float: ...
+
+    def worth(self, depth: int, p: float) -> bool: ...
+
+
+@dataclass
+class FixedCutoff:
+    """llama.cpp's p-min rule: stop at the first row whose top probability is below `p_min`."""
+
+    p_min: float
+
+    def accept_prob(self, conf: float) -> float:
+        return 1.0 if conf >= self.p_min else 0.0
+
+    def worth(self, depth: int, p: float) -> bool:
+        return p > 0.0
+
+
 def propose(
     dft: KVState,
     K: int,
     L: int,
     sampling: SamplingConfig,
     gen: np.random.Generator,
-    min_confidence: float = 0.0,
+    stop: DraftStop | None = None,
     greedy_first: bool = False,
 ) -> DraftTrie:
     """Draft K x up to L tokens. dft.pending is evaluated first (with every draft's seq id).
 
-    Drafting stops early (length >= 1) when every draft's row has top probability below
-    min_confidence: the cost model sets that cut-off from measured costs.
+    Drafting stops early (length >= 1) when no draft's next token is worth its cost:
+    `stop` weighs the chance that the draft so far AND its next token are accepted (the
+    product over the path, from the draft's confidences) against the marginal draft + verify
+    cost. Only that product matters: a confident token after an unsure one is rarely reached.
 
     greedy_first (only for a temperature-0 target, where any draft set is exact): draft 0
     follows the draft's argmax and the others sample, so the K drafts form a tree that
     keeps the best single guess and adds alternatives exactly where the draft is unsure.
     """
     ctx = dft.ctx
-    trie = DraftTrie(K=K, path=[[] for _ in range(K)], q=[[] for _ in range(K)])
+    trie = DraftTrie(K=K, path=[[] for _ in range(K)], q=[[] for _ in range(K)], conf=[[] for _ in range(K)])
     all_ids = list(range(0, K + 1))
     dft.share_main(range(1, K + 1))
     b = ctx.batch.clear()
     row = b.add_sequence(dft.pending, dft.n_past, all_ids, True)
     ctx.decode()
     base = dft.n_past + len(dft.pending)  # position of depth-1 tokens
-    conf = _Confidence(sampling, min_confidence)
+    conf = _Confidence(sampling, stop is not None)
     first = ctx.logits(row)
-    frontier: list[tuple[int, SparseRow, list[int]]] = [(-1, transform_row(first, sampling), list(range(K)))]
+    frontier: list[tuple[int, SparseRow, list[int], float]] = [
+        (-1, transform_row(first, sampling), list(range(K)), 1.0)
+    ]
     confs = [conf(first, frontier[0][1])]
     for depth in range(1, L + 1):
-        if depth > 1 and min_confidence > 0.0 and max(confs) < min_confidence:
+        # chance that each frontier entry's path plus its next token is accepted
+        reach = [f[3] * (stop.accept_prob(c) if stop else 1.0) for f, c in zip(frontier, confs, strict=True)]
+        if depth > 1 and stop is not None and not stop.worth(depth, max(reach)):
             break
         new_nodes: list[int] = []
-        for parent, r, members in frontier:
+        new_reach: list[float] = []
+        for (parent, r, members, _), c, p in zip(frontier, confs, reach, strict=True):
             groups: dict[int, list[int]] = {}
             for k in members:
                 tok = int(r.ids[0]) if (greedy_first and k == 0) else sample_row(r, gen)
                 groups.setdefault(tok, []).append(k)
                 trie.q[k].append(r)
+                trie.conf[k].append(c)
             for tok, ks in groups.items():
                 trie.nodes.append(Node(tok, depth, ks, parent))
                 idx = len(trie.nodes) - 1
                 new_nodes.append(idx)
+                new_reach.append(p)
                 for k in ks:
                     trie.path[k].append(idx)
         if depth == L:
             break
+        if stop is not None and not stop.worth(depth + 1, max(new_reach) * stop.accept_prob(1.0)):
+            break  # not even a sure next token would pay: skip the decode that would feed it
         b = ctx.batch.clear()
         rows = [b.add(trie.nodes[n].token, base + depth - 1, trie.nodes[n].seq_ids, True) for n in new_nodes]
         ctx.decode()
         trie.evaluated_depth = depth
         frontier, confs = [], []
-        for n, r in zip(new_nodes, rows, strict=True):
+        for n, r, p in zip(new_nodes, rows, new_reach, strict=True):
             lg = ctx.logits(r)
-            frontier.append((n, transform_row(lg, sampling), trie.nodes[n].members))
+            frontier.append((n, transform_row(lg, sampling), trie.nodes[n].members, p))
             confs.append(conf(lg, frontier[-1][1]))
     return trie
 
@@ -119,8 +158,8 @@ class _Confidence:
     reused float32 buffer (no per-step allocation of a vocabulary-sized array).
     """
 
-    def __init__(self, sampling: SamplingConfig, min_confidence: float) -> None:
-        self.raw = sampling.temp <= 0.0 and min_confidence > 0.0
+    def __init__(self, sampling: SamplingConfig, needed: bool) -> None:
+        self.raw = sampling.temp <= 0.0 and needed
         self.buf: np.ndarray | None = None
 
     def __call__(self, logits: np.ndarray, row: SparseRow) -> float:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from localspec.config import GenConfig, SamplingConfig
-from localspec.decode.proposer import DraftTrie, commit_draft, propose
+from localspec.decode.proposer import DraftStop, DraftTrie, commit_draft, propose
 from localspec.decode.state import MAIN, KVState
 from localspec.decode.turn import Turn
 from localspec.events import Accepted, Drafted, Event, Rejected, Written
@@ -80,7 +80,7 @@ class SpecSettings:
     method: str
     K: int
     L: int
-    min_confidence: float = 0.0
+    stop: DraftStop | None = None  # dynamic draft length (None: always L tokens)
 
 
 def spec_iteration(turn: Turn, st: SpecSettings, rng: NumpyRNG, dsampling: SamplingConfig) -> list[Event] | None:
@@ -97,7 +97,7 @@ def spec_iteration(turn: Turn, st: SpecSettings, rng: NumpyRNG, dsampling: Sampl
     t0 = time.perf_counter()
     dft.sync_to(tgt.committed)
     greedy_first = st.K > 1 and turn.cfg.sampling.temp <= 0.0
-    trie = propose(dft, st.K, L, dsampling, turn.rng, st.min_confidence, greedy_first)
+    trie = propose(dft, st.K, L, dsampling, turn.rng, st.stop, greedy_first)
     t1 = time.perf_counter()
     rows = score(tgt, trie)
     t2 = time.perf_counter()
@@ -131,6 +131,7 @@ def spec_iteration(turn: Turn, st: SpecSettings, rng: NumpyRNG, dsampling: Sampl
     stats.verify_seconds += t2 - t1
     stats.overhead_seconds += t3 - t2
     turn.last_decision = (d.tau, trie.L, t3 - t2)
+    turn.last_confs = trie.conf[d.k]
     return events
 
 

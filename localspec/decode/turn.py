@@ -32,6 +32,7 @@ class Turn:
     method: str = ""
     costs: Any = None  # CostModel when method == "auto"
     last_decision: tuple[int, int, float] | None = None  # (tau, L, overhead s) of the last iteration
+    last_confs: list[float] = field(default_factory=list)  # draft confidences of its kept draft
     t_start: float = field(default_factory=time.perf_counter)
 
     def should_stop(self) -> bool:

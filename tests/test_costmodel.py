@@ -1,0 +1,71 @@
+"""Cost model arithmetic on synthetic curves: predictions, the AR fallback, the calibrated
+dynamic draft length and what is persisted between runs (no model needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from localspec.config import GenConfig
+from localspec.costmodel import BIN_MEMORY, N_BINS, Acceptance, CalibratedStop, CostCurve, CostModel
+
+
+def linear(first: float, per_token: float) -> CostCurve:
+    sizes = [1, 2, 4, 8, 16, 32, 64]
+    return CostCurve(sizes, [first + per_token * (n - 1) for n in sizes])
+
+
+def test_curve_interpolates_and_extrapolates_proportionally() -> None:
+    c = CostCurve([1, 4], [0.010, 0.040])
+    assert c(2) == pytest.approx(0.020)
+    assert c(8) == pytest.approx(0.080)  # past the last measured size: proportional
+
+
+def test_cheap_draft_is_chosen_and_an_expensive_one_falls_back_to_ar() -> None:
+    cfg = GenConfig(method="auto", auto_K=True, auto_L=True)
+    cheap = CostModel(linear(0.070, 0.005), linear(0.010, 0.010), acceptance=Acceptance(prior=0.9))
+    best, ar = cheap.choose(cfg)
+    assert best is not None and best.tok_per_s > 1.5 * ar
+    costly = CostModel(linear(0.070, 0.005), linear(0.070, 0.070), acceptance=Acceptance(prior=0.9))
+    assert costly.choose(cfg)[0] is None
+
+
+def test_calibration_learns_acceptance_per_confidence_bin() -> None:
+    a = Acceptance()
+    prior_low = a.accept_prob(0.15)
+    assert prior_low == pytest.approx(0.15)  # no evidence: the bin's own confidence
+    for _ in range(50):  # drafted at 0.15 and accepted, then one at 0.95 rejected
+        a.update(1, 4, [0.15, 0.95, 0.95, 0.95])
+    assert a.accept_prob(0.15) > 0.9
+    assert a.accept_prob(0.95) < 0.2
+    assert a.bin_trials[9] == 50  # positions after the rejection are not evidence
+    for _ in range(400):
+        a.update(4, 4, [0.15] * 4)
+    assert a.bin_trials[1] == pytest.approx(BIN_MEMORY)  # old evidence fades
+
+
+def test_calibration_is_saved_and_old_files_still_load(tmp_path) -> None:
+    a = Acceptance()
+    a.update(2, 4, [0.55, 0.35, 0.05])
+    path = tmp_path / "accept.json"
+    a.save(path)
+    b = Acceptance()
+    b.load(path)
+    assert b.bin_accepted == a.bin_accepted and b.bin_trials == a.bin_trials and b.trials == a.trials
+    path.write_text(json.dumps({"accepted": 3.0, "trials": 4.0}))  # before calibration existed
+    c = Acceptance()
+    c.load(path)
+    assert c.trials == 4.0 and c.bin_trials == [0.0] * N_BINS
+
+
+def test_calibrated_stop_drafts_while_the_expected_gain_beats_the_marginal_cost() -> None:
+    # draft step 10 ms, each verified token 5 ms more: one more draft token costs 15 ms
+    cm = CostModel(linear(0.070, 0.005), linear(0.010, 0.010))
+    stop = CalibratedStop(cm, K=1, seconds_per_token=0.040)
+    assert stop.worth(2, 0.5)  # 0.5 x 40 ms = 20 ms > 15 ms
+    assert not stop.worth(2, 0.3)  # 12 ms < 15 ms
+    k2 = CalibratedStop(cm, K=2, seconds_per_token=0.040)  # two drafts: 20 ms + 2 x 5 ms
+    assert k2.worth(2, 0.8) and not k2.worth(2, 0.7)
+    best = cm.predict("sd", 1, 8)
+    assert cm.draft_stop(best).seconds_per_token == pytest.approx(1.0 / best.tok_per_s)
