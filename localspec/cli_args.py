@@ -40,7 +40,7 @@ def add_gen_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--min-p", type=float, default=0.05, help="min-p (0 = off; default 0.05)")
     g.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    g.add_argument("--no-dynamic-draft", action="store_true", help="always draft L tokens (no confidence cut-off)")
+    g.add_argument("--no-dynamic-draft", action="store_true", help="auto: always draft L tokens (no calibrated per-token stop rule)")
     pa = p.add_argument_group("PARSE (--method parse)")
     pa.add_argument("--parse-judge", default="likelihood", choices=["prompt", "likelihood", "hybrid"])
     pa.add_argument("--parse-cuts", type=int, default=8, help="max cut points judged per pass")

@@ -156,6 +156,10 @@ class RuntimeSession(Session):
         if method == "parse":
             from localspec.decode.parse import parse_loop
 
+            if cfg.parse.resume == "spec" and cfg.auto_L:  # no -L given: finish as auto would
+                from localspec.costmodel import model_for
+
+                self.costs = model_for(self, cfg.sampling.temp <= 0)
             return parse_loop, "parse"
         from localspec.decode.speculative import speculative_loop
 
@@ -204,7 +208,7 @@ class RuntimeSession(Session):
             for st in (self.target, self.draft):
                 if st is not None:
                     st.repair()
-            if turn.method == "auto" and self.costs is not None:
+            if turn.method in ("auto", "parse") and self.costs is not None:
                 self.costs.save_acceptance()
             text = turn.emitter.text
             if prompt_text is not None:

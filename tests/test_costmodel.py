@@ -69,3 +69,26 @@ def test_calibrated_stop_drafts_while_the_expected_gain_beats_the_marginal_cost(
     assert k2.worth(2, 0.8) and not k2.worth(2, 0.7)
     best = cm.predict("sd", 1, 8)
     assert cm.draft_stop(best).seconds_per_token == pytest.approx(1.0 / best.tok_per_s)
+
+
+def test_auto_shortens_drafts_only_where_that_stays_exact() -> None:
+    """The dynamic length is exact for single drafts and at T = 0, but biases mdbv with K >= 2
+    at T > 0 (tests/test_verify_exact.py): auto must give those drafts a fixed L."""
+    from types import SimpleNamespace
+
+    from localspec.config import SamplingConfig
+    from localspec.decode.auto import _decide
+    from localspec.events import Stats
+
+    cm = CostModel(linear(0.070, 0.002), linear(0.005, 0.001), acceptance=Acceptance(prior=0.9))
+
+    def settings(temp: float, K: int):
+        cfg = GenConfig(method="auto", K=K, auto_L=True, sampling=SamplingConfig(temp=temp))
+        return _decide(cm, SimpleNamespace(cfg=cfg, stats=Stats()))
+
+    multi = settings(0.7, 2)
+    assert multi is not None and multi.method == "mdbv" and multi.K == 2 and multi.stop is None
+    single = settings(0.7, 1)
+    assert single is not None and single.K == 1 and single.stop is not None and single.L >= 16
+    greedy_multi = settings(0.0, 2)
+    assert greedy_multi is not None and greedy_multi.stop is not None

@@ -207,3 +207,20 @@ def test_resume_spec_is_parse_composed_with_lossless_decoding(smollm2_path: Path
     ref.close()
     gap = first_divergence_gap(None, smollm2_path, ar, got, prompt)
     assert gap is None or gap < 1.0, f"diverged from the target's greedy answer with a logit gap of {gap}"
+
+
+def test_resume_spec_without_L_finishes_as_auto(smollm2_path: Path, smollm2_q4_0_path: Path) -> None:
+    """No -L given: PARSE's finish runs what `--method auto` would, with the session's cost
+    model. On this pair the draft costs as much as the target, so auto writes the rest with
+    plain decoding (the Q4_0 copy of a 135M model cannot pay) -- one target call per token
+    after the judge pass -- and its acceptance evidence is saved like auto's."""
+    sess = session(smollm2_path, smollm2_q4_0_path, threads=1)
+    pc = ParseConfig(judge="prompt", threshold=1.01, cuts=4, min_seg=4, resume="spec")
+    cfg = GenConfig(method="parse", n_predict=40, seed=0, auto_K=True, auto_L=True, parse=pc)
+    done = _run(sess, cfg)[-1]
+    assert isinstance(done, Done)
+    assert sess.costs is not None and sess.costs.acceptance_path is not None
+    rounds = done.stats.parse["rounds"]
+    assert len(rounds) == 1 and rounds[0]["t_star"] == 0
+    assert done.stats.target_calls >= rounds[0]["target_tokens"]  # AR: a call per token
+    sess.close()

@@ -348,7 +348,7 @@ def report(args: argparse.Namespace) -> int:
         if not args.no_ar:
             runs.append(("ar", base_cfg()))
         for s in settings:
-            runs.append((f"parse:{s}", replace(base_cfg(), method="parse", parse=_parse_cfg(_setting(s)))))
+            runs.append((f"parse:{s}", replace(base_cfg(), method="parse", auto_K=True, auto_L=True, parse=_parse_cfg(_setting(s)))))
         for name, cfg in runs:
             if (p.index, name) in seen:
                 continue

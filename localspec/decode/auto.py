@@ -27,7 +27,10 @@ def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
     if best is None:
         turn.stats.choice_note = f"ar (alpha={cm.acceptance.alpha:.2f}: nothing predicted above {ar:.1f} tok/s)"
         return None
-    if not turn.cfg.dynamic_draft:
+    # at T > 0 a length decided from all K drafts makes them non-i.i.d.: mdbv (K >= 2) is
+    # then measurably biased (tests/test_verify_exact.py), so its drafts keep a fixed L
+    exact_dynamic = turn.cfg.sampling.temp <= 0.0 or best.K == 1 or best.method not in ("mdbv", "spectr-gbv")
+    if not turn.cfg.dynamic_draft or not exact_dynamic:
         turn.stats.choice_note = (
             f"{best.method} K={best.K} L={best.L} (alpha={cm.acceptance.alpha:.2f}, predicted "
             f"{best.tok_per_s / ar:.2f}x AR)"

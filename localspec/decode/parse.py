@@ -222,11 +222,18 @@ def _target_write(turn: Turn, until_newline: bool) -> Iterator[Event]:
 
 
 def _spec_finish(turn: Turn) -> Iterator[Event]:
-    """Finish the answer with the lossless speculative loop (one target decode per block).
+    """Finish the answer with lossless speculative decoding (one target decode per block).
 
-    Greedy: sd (exact for any draft); sampled: mdbv with the configured K (K = 1 is block
-    verification). Draft length: the configured L.
+    With no -L given (the runtime then loads the cost model): what `--method auto` runs --
+    its choice of method/K, the calibrated dynamic draft length, AR when nothing pays.
+    With -L: greedy sd (exact for any draft), sampled mdbv with the configured K (K = 1 is
+    block verification), L tokens per draft.
     """
+    if turn.costs is not None:
+        from localspec.decode.auto import auto_loop
+
+        yield from auto_loop(turn)
+        return
     greedy = turn.cfg.sampling.temp <= 0.0
     yield from run_blocks(turn, SpecSettings("sd" if greedy else "mdbv", 1 if greedy else turn.cfg.K, turn.cfg.L))
 

@@ -173,6 +173,36 @@ def step_law(verifier: Callable, tgt: Model, drf: Model, V: int, L: int, K: int)
     return law
 
 
+def dynamic_step_law(
+    verifier: Callable, tgt: Model, drf: Model, V: int, L: int, K: int, keep: Callable[[list[Context]], bool]
+) -> Law:
+    """Like step_law, for drafts whose length is decided while drafting, as the engine does:
+    K drafts in lockstep, and after each depth d >= 1 (d < L) `keep(prefixes of all K
+    drafts)` decides whether every draft gets one more token. The verifier then sees blocks
+    of that common length. Tests whether a length rule (a stopping time of the drafts,
+    joint across them) keeps a verifier lossless."""
+    law: Law = {}
+
+    def grow(prefixes: list[Context], w: float) -> None:
+        d = len(prefixes[0])
+        if d == L or (d >= 1 and not keep(prefixes)):
+            rows = [block_rows(tgt, drf, b) for b in prefixes]
+            p = np.stack([r[0] for r in rows])
+            q = np.stack([r[1] for r in rows])
+            x = np.array(prefixes, dtype=np.int64).reshape(K, d)
+            for (k, tau, y), pr in enumerate_outputs(verifier, p, q, x).items():
+                z = tuple(prefixes[k][:tau]) + (y,)
+                law[z] = law.get(z, 0.0) + w * pr
+            return
+        for toks in itertools.product(range(V), repeat=K):
+            wt = w * float(np.prod([drf(c)[t] for c, t in zip(prefixes, toks, strict=True)]))
+            if wt > 0.0:
+                grow([c + (t,) for c, t in zip(prefixes, toks, strict=True)], wt)
+
+    grow([() for _ in range(K)], 1.0)
+    return law
+
+
 def strict_error(law: Law, tgt: Model, V: int, L: int) -> float:
     """max_y |sum_j P(Z = y[:j]) P_tgt(y[j:] | y[:j]) - P_tgt(y)| over y in V^(L+1)."""
     total: dict[Context, float] = {}
