@@ -162,3 +162,27 @@ def test_humaneval_grading_in_subprocess() -> None:
     assert not he.passes(p, bad)
     assert he.passes(p, body_only)  # the prompt (signature) is put in front of a bare body
     assert not he.passes(p, "def has_close_elements(numbers, threshold):\n    while True: pass\n", timeout=1.0)
+
+
+def test_perfect_judge_bound_from_measured_times() -> None:
+    """The bound keeps drafts that pass (or whose target answer fails too), rewrites the
+    rest at the given speed, and trades accuracy for time only within the slack."""
+    from localspec.bench.parse import perfect_judge_bound
+
+    def rec(i: int, m: str, ok: bool, secs: float, judge: float | None = None) -> dict:
+        r = {"index": i, "method": m, "pass": ok, "seconds": secs}
+        if judge is not None:
+            r["parse"] = {"rounds": [{"judge_seconds": judge}]}
+        return r
+
+    by = {
+        "ar": [rec(0, "ar", True, 10), rec(1, "ar", True, 10), rec(2, "ar", False, 10)],
+        "draft": [rec(0, "draft", True, 1), rec(1, "draft", False, 1), rec(2, "draft", False, 1)],
+        "parse:likelihood": [rec(i, "parse:likelihood", True, 3, judge=1.0) for i in range(3)],
+        "parse:prompt": [rec(i, "parse:prompt", True, 3, judge=2.0) for i in range(3)],  # dearer judge
+    }
+    p, s = perfect_judge_bound(by, {0, 1, 2}, regen_speedup=2.0)
+    assert p == pytest.approx(2 / 3) and s == pytest.approx(30 / 11)  # 2 + (2 + 5) + 2 seconds
+    p, s = perfect_judge_bound(by, {0, 1, 2}, regen_speedup=2.0, slack=0.5)
+    assert p == pytest.approx(1 / 3) and s == pytest.approx(30 / 6)  # keeps the failing draft too
+    assert perfect_judge_bound({"ar": by["ar"]}, {0, 1, 2}, 2.0) is None

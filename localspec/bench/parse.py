@@ -428,6 +428,7 @@ def summarize(args: argparse.Namespace) -> int:
         print(f"| {r['method']} | {100 * r['pass_at_1']:.1f}% | {r['tokens']} | {r['seconds']:.1f} | "
               f"{r['tokens'] / r['seconds']:.1f} | {r['speedup']:.2f}x | {rr} | {ad} |")
     judge_auroc_table(_by_method(recs, common), common)
+    print_perfect_judge_bound(_by_method(recs, common), common)
     if getattr(args, "plot", None):
         path = plot_tradeoff(rows, Path(args.plot), f"PARSE {args.tag}: HumanEval {args.problems}")
         if path is not None:
@@ -483,6 +484,60 @@ def judge_auroc_table(by: dict[str, list[dict]], common: set[int]) -> None:
         print("|---|---|---|---|")
         for m, a, npos, nneg in rows:
             print(f"| {m} | {a:.3f} | {npos} | {nneg} |")
+
+
+def perfect_judge_bound(
+    by: dict[str, list[dict]], common: set[int], regen_speedup: float, slack: float = 0.02
+) -> tuple[float, float] | None:
+    """The best any judge could do with THIS draft: (pass@1, speedup vs AR).
+
+    Per problem, from measured times: the draft's answer (the `draft` run) plus the
+    cheapest judge pass any PARSE setting ran on it (first round); a perfect judge keeps
+    every draft that passes or whose target answer fails anyway, and has the target rewrite
+    the rest at `regen_speedup` x AR. Then, within `slack` of the target's pass@1, it also
+    keeps the failing drafts that save the most time. If even this misses a speed goal, no
+    judge can reach it: the draft's accuracy and cost are the limit, not the judge.
+    """
+    ar = {r["index"]: r for r in by.get("ar", [])}
+    dr = {r["index"]: r for r in by.get("draft", [])}
+    judge: dict[int, float] = {}
+    for m, rs in by.items():
+        for r in rs:
+            if m.startswith("parse") and r.get("parse") and r["parse"]["rounds"]:
+                j = r["parse"]["rounds"][0].get("judge_seconds")
+                if j is not None:
+                    judge[r["index"]] = min(j, judge.get(r["index"], float("inf")))
+    idx = [i for i in sorted(common) if i in ar and i in dr and i in judge]
+    if not idx:
+        return None
+    n = len(idx)
+    floor = sum(ar[i]["pass"] for i in idx) / n - slack
+    t_ar = sum(ar[i]["seconds"] for i in idx)
+    total, passed, savings = 0.0, 0, []
+    for i in idx:
+        keep = dr[i]["seconds"] + judge[i]
+        redo = ar[i]["seconds"] / regen_speedup
+        if dr[i]["pass"] or not ar[i]["pass"]:
+            total, passed = total + keep, passed + dr[i]["pass"]
+        else:
+            total, passed = total + keep + redo, passed + 1
+            savings.append(redo)
+    for save in sorted(savings, reverse=True):
+        if (passed - 1) / n < floor - 1e-12:
+            break
+        total, passed = total - save, passed - 1
+    return passed / n, t_ar / total
+
+
+def print_perfect_judge_bound(by: dict[str, list[dict]], common: set[int]) -> None:
+    rows = [(g, perfect_judge_bound(by, common, g)) for g in (1.5, 2.0, 3.0, float("inf"))]
+    if all(b is None for _, b in rows):
+        return
+    print("\n| perfect judge, target rewrites at | pass@1 (within 2 points of AR) | speedup vs AR |")
+    print("|---|---|---|")
+    for g, b in rows:
+        if b is not None:
+            print(f"| {'no cost' if g == float('inf') else f'{g:.1f}x AR'} | {100 * b[0]:.1f}% | {b[1]:.2f}x |")
 
 
 # ---------------------------------------------------------------- entry point
