@@ -298,4 +298,32 @@ def explain(session, cfg: GenConfig) -> str:
         lines.append("choice: ar (no speculative setting is predicted to beat plain decoding by 5 %)")
     else:
         lines.append(f"choice: {best.method} K={best.K} L={best.L} (predicted {best.tok_per_s / ar:.2f}x AR)")
+        if dynamic_length(cfg, best):
+            lines.append(_calibration_line(cm.acceptance, length_cap(cfg, best)))
     return "\n".join(lines)
+
+
+def dynamic_length(cfg: GenConfig, best: Prediction) -> bool:
+    """Whether auto decides the draft length token by token for this choice.
+
+    At T > 0 a length decided from all K drafts makes them non-i.i.d.: mdbv (K >= 2) is then
+    measurably biased (tests/test_verify_exact.py), so its drafts keep a fixed L."""
+    exact = cfg.sampling.temp <= 0.0 or best.K == 1 or best.method not in ("mdbv", "spectr-gbv")
+    return cfg.dynamic_draft and exact
+
+
+def length_cap(cfg: GenConfig, best: Prediction) -> int:
+    """The longest dynamic draft: at least DYNAMIC_MAX_L unless the user fixed -L."""
+    return max(best.L, DYNAMIC_MAX_L) if cfg.auto_L else best.L
+
+
+def _calibration_line(a: Acceptance, cap: int) -> str:
+    """The dynamic length's view of the draft: acceptance per confidence bin (and evidence)."""
+    cells = [
+        f"{b / N_BINS:.1f}-{(b + 1) / N_BINS:.1f}: {a.accept_prob((b + 0.5) / N_BINS):.2f} (n={a.bin_trials[b]:.0f})"
+        for b in range(N_BINS)
+    ]
+    return (
+        f"draft length: up to {cap}, decided token by token from the acceptance per draft confidence\n  "
+        + ", ".join(cells)
+    )

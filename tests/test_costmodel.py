@@ -92,3 +92,24 @@ def test_auto_shortens_drafts_only_where_that_stays_exact() -> None:
     assert single is not None and single.K == 1 and single.stop is not None and single.L >= 16
     greedy_multi = settings(0.0, 2)
     assert greedy_multi is not None and greedy_multi.stop is not None
+
+
+def test_explain_shows_the_dynamic_length_and_its_calibration(tmp_path, monkeypatch) -> None:
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from localspec.config import SamplingConfig
+    from localspec.costmodel import explain
+
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+
+    def ctx(name: str):
+        return SimpleNamespace(ctx=SimpleNamespace(model=SimpleNamespace(path=Path(name))))
+
+    cm = CostModel(linear(0.070, 0.002), linear(0.005, 0.001), acceptance=Acceptance(prior=0.9))
+    sess = SimpleNamespace(costs=cm, target=ctx("t.gguf"), draft=ctx("d.gguf"))
+    greedy = explain(sess, GenConfig(method="auto", auto_L=True))
+    assert "choice: sd K=1" in greedy and "draft length: up to 16, decided token by token" in greedy
+    assert "0.9-1.0: 0.95 (n=0)" in greedy  # no evidence yet: the bin's own confidence
+    multi = explain(sess, GenConfig(method="auto", K=2, auto_L=True, sampling=SamplingConfig(temp=0.7)))
+    assert "choice: mdbv K=2" in multi and "draft length" not in multi  # fixed L: exactness

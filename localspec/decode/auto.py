@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from localspec.costmodel import DYNAMIC_MAX_L, CostModel
+from localspec.costmodel import CostModel, dynamic_length, length_cap
 from localspec.decode.autoregressive import ar_step
 from localspec.decode.speculative import SpecSettings, draft_sampling, spec_iteration
 from localspec.decode.turn import Turn
@@ -27,18 +27,15 @@ def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
     if best is None:
         turn.stats.choice_note = f"ar (alpha={cm.acceptance.alpha:.2f}: nothing predicted above {ar:.1f} tok/s)"
         return None
-    # at T > 0 a length decided from all K drafts makes them non-i.i.d.: mdbv (K >= 2) is
-    # then measurably biased (tests/test_verify_exact.py), so its drafts keep a fixed L
-    exact_dynamic = turn.cfg.sampling.temp <= 0.0 or best.K == 1 or best.method not in ("mdbv", "spectr-gbv")
-    if not turn.cfg.dynamic_draft or not exact_dynamic:
+    if not dynamic_length(turn.cfg, best):
         turn.stats.choice_note = (
             f"{best.method} K={best.K} L={best.L} (alpha={cm.acceptance.alpha:.2f}, predicted "
             f"{best.tok_per_s / ar:.2f}x AR)"
         )
         return SpecSettings(best.method, best.K, best.L)
-    # dynamic length: L becomes a cap (the chosen L when the user gave one) and the
-    # calibrated stop rule ends each draft where one more token stops paying
-    cap = max(best.L, DYNAMIC_MAX_L) if turn.cfg.auto_L else best.L
+    # dynamic length: L becomes a cap and the calibrated stop rule ends each draft where one
+    # more token stops paying
+    cap = length_cap(turn.cfg, best)
     turn.stats.choice_note = (
         f"{best.method} K={best.K} L<={cap} dynamic (alpha={cm.acceptance.alpha:.2f}, predicted "
         f"{best.tok_per_s / ar:.2f}x AR at L={best.L})"
