@@ -266,3 +266,42 @@ def test_mdbv_is_biased_by_a_joint_dynamic_length() -> None:
             lw, _ = _dynamic_law("mdbv", case)
             errs.append(E.strict_error(lw, models(case)[0], case.V, case.L))
     assert max(errs) > 1e-3
+
+
+def _padded_models(case: Case) -> tuple[E.Model, E.Model, int]:
+    """Target and draft over V + 1 tokens: token V (the padding) is never emitted by the
+    target; each draft switches to it for good where its own path confidence falls to the
+    median (the length rule of `_dynamic_law`, applied per draft)."""
+    tgt, drf = models(case)
+    V = bot = case.V
+
+    def path_conf(c: tuple[int, ...]) -> float:
+        return float(np.prod([drf(c[:i]).max() for i in range(len(c) + 1)]))
+
+    cut = float(np.median([path_conf(c) for n in range(1, case.L) for c in itertools.product(range(V), repeat=n)]))
+
+    def tgt_pad(c: tuple[int, ...]) -> np.ndarray:
+        return np.r_[np.ones(V) / V, 0.0] if bot in c else np.r_[tgt(c), 0.0]
+
+    def drf_pad(c: tuple[int, ...]) -> np.ndarray:
+        if bot in c or (len(c) >= 1 and path_conf(c) <= cut):
+            return np.r_[np.zeros(V), 1.0]
+        return np.r_[drf(c), 0.0]
+
+    return tgt_pad, drf_pad, V + 1
+
+
+@pytest.mark.parametrize("name", ["mdbv", "spectr"])
+def test_per_draft_lengths_padded_with_an_impossible_token_stay_exact(name: str) -> None:
+    """The route to an exact dynamic length for mdbv with K >= 2 (not built in the engine):
+    each draft ends by its OWN rule, independently of the others (so the drafts stay
+    i.i.d.), and is padded to L with a token the target never emits (q = 1, p = 0 there).
+    Enumerated over the same cases as above: exact to 1e-10, and the padding is never
+    emitted."""
+    worst = 0.0
+    for case in (c for c in DYN_CASES if c.K == 2):
+        tgt_pad, drf_pad, V1 = _padded_models(case)
+        lw = E.step_law(VERIFIERS[name], tgt_pad, drf_pad, V1, case.L, case.K)
+        assert not any(V1 - 1 in z for z in lw)
+        worst = max(worst, E.strict_error(lw, tgt_pad, V1, case.L))
+    assert worst < 1e-10
