@@ -95,3 +95,41 @@ def test_biased_rule_is_detected(pair, monkeypatch):
     monkeypatch.setitem(verify.VERIFIERS, "sd", accept_all)
     pairs = sample_pairs(s, "sd", 1, n=500)  # the bias is gross: 500 samples reject it
     assert chi2_pvalue(pairs, law) < 1e-6
+
+
+def test_auto_with_a_data_dependent_draft_length_matches_target_law(pair, monkeypatch):
+    """`auto` at T > 0: gbv with a draft length decided while drafting (here a p-min rule
+    on the draft's real rows, so drafts of 1 and 2 tokens both occur) must still give the
+    target's law -- the engine-level check of what the enumeration proves
+    (tests/test_verify_exact.py::test_lossless_with_the_dynamic_draft_length)."""
+    from localspec import costmodel
+    from localspec.costmodel import Acceptance, CostCurve, CostModel
+    from localspec.decode import proposer, speculative
+    from localspec.decode.proposer import FixedCutoff
+
+    s, law = pair
+    cheap = CostCurve([1, 64], [0.001, 0.002])  # speculation always predicted to pay
+    s.costs = CostModel(CostCurve([1, 64], [0.010, 0.020]), cheap, acceptance=Acceptance(prior=0.9))
+    s.costs.acceptance_path = None  # keep the test's estimate; nothing saved
+    monkeypatch.setattr(costmodel, "model_for", lambda sess, greedy=True: s.costs)
+    monkeypatch.setattr(CostModel, "draft_stop", lambda self, best: FixedCutoff(0.6))
+    lengths: list[int] = []
+    real = proposer.propose
+
+    def counting(*a, **kw):
+        trie = real(*a, **kw)
+        lengths.append(trie.L)
+        return trie
+
+    monkeypatch.setattr(speculative, "propose", counting)
+    pairs = []
+    try:
+        for seed in range(N):
+            cfg = GenConfig(method="auto", K=1, L=2, n_predict=2, seed=seed, sampling=SAMPLING)
+            done = list(s.complete(PROMPT, cfg))[-1]
+            assert done.stats.choice_note.startswith("gbv K=1 L<=2 dynamic")
+            pairs.append(tuple(s._last_gen_tokens[:2]))
+    finally:
+        s.costs = None  # the module's other tests use the session without a cost model
+    assert {1, 2} <= set(lengths)  # the rule did cut some drafts short
+    assert chi2_pvalue(pairs, law) > 1e-3
