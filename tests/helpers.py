@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.backend import Model
@@ -22,3 +23,17 @@ def model(path: Path) -> Model:
 def session(target: Path, draft: Path | None = None, **kw) -> RuntimeSession:
     opts = SessionOptions(n_ctx=kw.pop("n_ctx", 2048), threads=kw.pop("threads", 1), **kw)
     return RuntimeSession(model(target), model(draft) if draft else None, opts)
+
+
+@dataclass
+class FixedCutoff:
+    """A DraftStop with llama.cpp's p-min rule: stop at the first row whose top probability
+    is below `p_min` (a data-dependent length for tests of the proposer and exactness)."""
+
+    p_min: float
+
+    def accept_prob(self, conf: float) -> float:
+        return 1.0 if conf >= self.p_min else 0.0
+
+    def worth(self, depth: int, p: float) -> bool:
+        return p > 0.0

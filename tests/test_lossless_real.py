@@ -105,7 +105,7 @@ def test_auto_with_a_data_dependent_draft_length_matches_target_law(pair, monkey
     from localspec import costmodel
     from localspec.costmodel import Acceptance, CostCurve, CostModel
     from localspec.decode import proposer, speculative
-    from localspec.decode.proposer import FixedCutoff
+    from tests.helpers import FixedCutoff
 
     s, law = pair
     cheap = CostCurve([1, 64], [0.001, 0.002])  # speculation always predicted to pay

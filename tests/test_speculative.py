@@ -186,9 +186,10 @@ def test_greedy_draft_stops_at_low_confidence(smollm2_q4_0_path):
     """
     import math
 
-    from localspec.decode.proposer import FixedCutoff, _Confidence, propose
+    from localspec.decode.proposer import _Confidence, propose
     from localspec.decode.state import KVState
     from localspec.sampling import transform_row
+    from tests.helpers import FixedCutoff
 
     greedy = SamplingConfig(temp=0.0)
     lg = np.array([2.0, 0.0, math.log(3.0) + 0.0, -50.0], dtype=np.float32)  # p = e^2/(e^2+1+3)

@@ -53,7 +53,7 @@ class DraftTrie:
 
 
 class DraftStop(Protocol):
-    """When to stop drafting: the cost model's rule (costmodel.CalibratedStop) or a fixed cut-off.
+    """When to stop drafting (the cost model's costmodel.CalibratedStop; tests use others).
 
     accept_prob(c): the chance a draft token drawn from a row of confidence c is accepted.
     worth(depth, p): whether drafting token `depth` (1-based) pays when the chance that the
@@ -63,19 +63,6 @@ class DraftStop(Protocol):
     def accept_prob(self, conf: float) -> float: ...
 
     def worth(self, depth: int, p: float) -> bool: ...
-
-
-@dataclass
-class FixedCutoff:
-    """llama.cpp's p-min rule: stop at the first row whose top probability is below `p_min`."""
-
-    p_min: float
-
-    def accept_prob(self, conf: float) -> float:
-        return 1.0 if conf >= self.p_min else 0.0
-
-    def worth(self, depth: int, p: float) -> bool:
-        return p > 0.0
 
 
 def propose(
