@@ -209,7 +209,7 @@ def test_resume_spec_is_parse_composed_with_lossless_decoding(smollm2_path: Path
     assert gap is None or gap < 1.0, f"diverged from the target's greedy answer with a logit gap of {gap}"
 
 
-def test_resume_spec_without_L_finishes_as_auto(smollm2_path: Path, smollm2_q4_0_path: Path) -> None:
+def test_resume_spec_without_L_finishes_as_auto(smollm2_path: Path, smollm2_q4_0_path: Path, monkeypatch) -> None:
     """No -L given: PARSE's finish runs what `--method auto` would, with the session's cost
     model. On this pair the draft costs as much as the target, so auto writes the rest with
     plain decoding (the Q4_0 copy of a 135M model cannot pay) -- one target call per token
@@ -223,4 +223,15 @@ def test_resume_spec_without_L_finishes_as_auto(smollm2_path: Path, smollm2_q4_0
     rounds = done.stats.parse["rounds"]
     assert len(rounds) == 1 and rounds[0]["t_star"] == 0
     assert done.stats.target_calls >= rounds[0]["target_tokens"]  # AR: a call per token
+    # the session keeps its cost model; a later turn WITH -L must still run fixed blocks
+    # (the finish follows the config, not whatever an earlier turn left on the session)
+    from localspec.decode import auto
+
+    def no_auto(turn):
+        raise AssertionError("-L was given: the finish must not run auto")
+
+    monkeypatch.setattr(auto, "auto_loop", no_auto)
+    again = _run(sess, GenConfig(method="parse", n_predict=40, seed=0, L=4, parse=pc))[-1]
+    assert again.stats.parse["rounds"][0]["t_star"] == 0
+    assert again.stats.target_calls < again.stats.n_tokens  # speculative blocks, not AR
     sess.close()

@@ -229,7 +229,9 @@ def _spec_finish(turn: Turn) -> Iterator[Event]:
     With -L: greedy sd (exact for any draft), sampled mdbv with the configured K (K = 1 is
     block verification), L tokens per draft.
     """
-    if turn.costs is not None:
+    # the config decides, not the session: a cost model left by an earlier auto turn must
+    # not override an explicit -L
+    if turn.cfg.auto_L and turn.costs is not None:
         from localspec.decode.auto import auto_loop
 
         yield from auto_loop(turn)
