@@ -427,8 +427,9 @@ def summarize(args: argparse.Namespace) -> int:
         ad = "-" if r["accepted_share"] is None else f"{r['accepted_share']:.2f}"
         print(f"| {r['method']} | {100 * r['pass_at_1']:.1f}% | {r['tokens']} | {r['seconds']:.1f} | "
               f"{r['tokens'] / r['seconds']:.1f} | {r['speedup']:.2f}x | {rr} | {ad} |")
-    judge_auroc_table(_by_method(recs, common), common)
-    print_perfect_judge_bound(_by_method(recs, common), common)
+    by = _by_method(recs, common)
+    judge_auroc_table(by, common)
+    print_perfect_judge_bound(by, common)
     if getattr(args, "plot", None):
         path = plot_tradeoff(rows, Path(args.plot), f"PARSE {args.tag}: HumanEval {args.problems}")
         if path is not None:

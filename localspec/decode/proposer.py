@@ -122,8 +122,9 @@ def propose(
                     trie.path[k].append(idx)
         if depth == L:
             break
+        # best case for the next token: drafted at full confidence (the calibration's top bin)
         if stop is not None and not stop.worth(depth + 1, max(new_reach) * stop.accept_prob(1.0)):
-            break  # not even a sure next token would pay: skip the decode that would feed it
+            break  # not even that would pay: skip the decode that would feed it
         b = ctx.batch.clear()
         rows = [b.add(trie.nodes[n].token, base + depth - 1, trie.nodes[n].seq_ids, True) for n in new_nodes]
         ctx.decode()
