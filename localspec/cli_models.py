@@ -138,7 +138,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out {out} is the source file; choose another path")
     if out.exists() and not args.force:
         raise ConfigError(f"--out {out} exists; pass --force to overwrite or choose another path")
-    quantize(src, out, args.type, threads=args.threads, progress=not args.quiet)
+    quantize(src, out, args.type, threads=args.threads, progress=not args.quiet, pure=args.pure)
     info = check_gguf(out)
     print(f"{out} ({info.file_size:,} bytes, {', '.join(sorted(info.tensor_types))})")
     return 0
@@ -203,6 +203,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                          "Q5_K_M, Q6_K, ... (IQ types need an imatrix: not supported)")
     sp.add_argument("--out", metavar="P", help="output file (default: next to SRC, "
                                                "<name>.<TYPE>.gguf)")
+    sp.add_argument("--pure", action="store_true",
+                    help="every weight tensor in --type, the output (lm head) too; by default "
+                         "llama.cpp keeps it at Q6_K/Q8_0. A pure Q4_0 0.5B draft steps 24%% "
+                         "faster on 2 cores (its Q8_0 lm head has no repacked x86 kernel)")
     sp.add_argument("--threads", type=int, default=None, help="default: all cores")
     sp.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     sp.set_defaults(func=cmd_quantize)

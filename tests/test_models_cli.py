@@ -134,6 +134,11 @@ def test_quantize_cli(capsys, smollm2_path: Path, tmp_path: Path) -> None:
     rc, _, err = cli(capsys, "quantize", str(smollm2_path), "--type", "Q8_0",
                      "--out", str(out_path), "-q")
     assert rc == 2 and "--force" in one_line_error(err)
+    pure_path = tmp_path / "smol-q4_0-pure.gguf"
+    rc, out, err = cli(capsys, "quantize", str(smollm2_path), "--type", "Q4_0", "--pure",
+                       "--out", str(pure_path), "-q")
+    assert rc == 0, err
+    assert set(check_gguf(pure_path).tensor_types) == {"Q4_0", "F32"}
     rc, _, err = cli(capsys, "quantize", str(smollm2_path), "--type", "Q9_9", "-q")
     assert rc == 2 and "Q4_0" in one_line_error(err)
 

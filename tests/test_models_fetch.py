@@ -18,6 +18,8 @@ from localspec.errors import BadModelFileError, FetchError, ModelNotFoundError
 from localspec.models import cache, fetch, resolve_model, verify
 from localspec.models import resolve as resolve_mod
 from localspec.models import sources as sources_mod
+from localspec.models.gguf import check_gguf
+from localspec.models.registry import registry
 
 PAIR = '[pairs.default]\ntarget = "m"\ndraft = "m"\n'
 
@@ -269,6 +271,27 @@ quant = "Q8_0"
         resolve_model("q", fetch=False, progress=False)
     again = resolve_model("q", progress=False)  # re-derived
     assert sha(again) == side["sha256"]
+
+
+def test_pure_derive_quantizes_the_lm_head_too(local_registry, smollm2_path: Path,
+                                                smollm2_q4_0_path: Path) -> None:
+    """pure = true reaches llama.cpp: the default Q4_0 keeps one tensor (SmolLM2's tied
+    embedding / lm head) at Q8_0, the pure one has Q4_0 weights only (and is smaller)."""
+    reg = PAIR.replace('"m"', '"smol"') + model_entry(smollm2_path, name="smol") + """
+[models.p]
+file = "p.gguf"
+[[models.p.sources]]
+type = "derive"
+from = "smol"
+quant = "Q4_0"
+pure = true
+"""
+    local_registry(reg)
+    assert "(pure)" in registry().get("p").sources[0].describe()
+    pure, default = check_gguf(resolve_model("p", progress=False)), check_gguf(smollm2_q4_0_path)
+    assert "Q8_0" in default.tensor_types
+    assert set(pure.tensor_types) == {"Q4_0", "F32"}
+    assert pure.file_size < default.file_size
 
 
 def test_hf_reason_for_unreachable_hub(monkeypatch) -> None:

@@ -67,6 +67,8 @@ quant = "Q4_0"
     ('[models.a]\nfile = "a.gguf"\n[[models.a.sources]]\ntype = "derive"\nfrom = "a"\n'
      'quant = "Q4_0"\n', "loops"),
     ('[models.a]\nfile = "a.gguf"\n[[models.a.sources]]\ntype = "hf"\nrepo = "x/y"\n', "filename"),
+    ('[models.a]\nfile = "a.gguf"\n[[models.a.sources]]\ntype = "derive"\nfrom = "a"\n'
+     'quant = "Q4_0"\npure = "yes"\n', "pure"),
     ('[models.a]\nfile = "a.gguf"\n[[models.a.sources]]\ntype = "file"\npath = "x"\n', "default"),
     ("not toml [", "TOML"),
 ])

@@ -49,7 +49,7 @@ class Source:
         if self.kind == "file":
             paths = o["paths"]
             return f"file {paths[0]}" + (f" (+{len(paths) - 1} parts)" if len(paths) > 1 else "")
-        return f"derive {o['quant']} from {o['from']}"
+        return f"derive {o['quant']}{' (pure)' if o.get('pure') else ''} from {o['from']}"
 
 
 @dataclass(frozen=True)
@@ -215,6 +215,8 @@ def _parse_source(path: Path, where: str, raw: Any) -> Source:
     missing = [k for k in _REQUIRED[kind] if k not in opts]
     if missing:
         raise ConfigError(f"{where}: {kind} source lacks {', '.join(missing)}")
+    if kind == "derive" and not isinstance(opts.get("pure", False), bool):
+        raise ConfigError(f"{where}: derive source's pure must be true or false")
     return Source(kind, opts)
 
 

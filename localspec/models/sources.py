@@ -219,5 +219,6 @@ def fetch_derive(spec: ModelSpec, src: Source, tmp: Path, progress: bool,
     except ImportError as e:
         raise SourceFailed(f"llama-cpp-python is needed to derive {spec.name} ({e})") from None
     note(f"[{spec.name}] quantizing {parent.name} to {src.opts['quant']}", progress)
-    quantize(parent, tmp, src.opts["quant"], threads=src.opts.get("threads"), progress=progress)
+    quantize(parent, tmp, src.opts["quant"], threads=src.opts.get("threads"), progress=progress,
+             pure=bool(src.opts.get("pure", False)))
     return None
