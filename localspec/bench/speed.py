@@ -143,6 +143,41 @@ def table(results: list[Result], labels: list[str], prompts: list[str]) -> tuple
     return "\n".join(rows), summary
 
 
+def multi_vs_single(results: list[Result], configs: list[Config]) -> tuple[str, dict]:
+    """Each K >= 2 column against `sd` with the same L, pooled over prompts.
+
+    tok/s = tokens per target call (block efficiency) / seconds per iteration, so the speed
+    ratio splits exactly into a block-efficiency ratio and an iteration-cost ratio. K drafts
+    never cost less per iteration than one (the draft batch and the verified trie contain the
+    single draft's), so the block-efficiency ratio is the most K drafts could gain over `sd`
+    at that L even if drafting and verifying them were free: the ceiling that says whether a
+    multi-draft goal is reachable on this machine at all.
+    """
+    def pooled(label: str) -> tuple[float, float] | None:
+        rs = [r for r in results if r.label == label and r.iterations > 0 and r.tok_per_s > 0]
+        its = sum(r.iterations for r in rs)
+        if not its:
+            return None
+        toks = sum(r.n_tokens for r in rs)
+        secs = sum(r.n_tokens / r.tok_per_s for r in rs)
+        return toks / its, secs / its
+
+    rows = ["| config | vs | block-eff. ratio (ceiling) | iteration-cost ratio | tok/s ratio |",
+            "|---|---|---|---|---|"]
+    out: dict = {}
+    for c in configs:
+        base = f"sd K=1 L={c.L}"
+        if c.K < 2 or c.method in ("auto", "ar"):
+            continue
+        m, b = pooled(c.label), pooled(base)
+        if m is None or b is None:
+            continue
+        be, cost = m[0] / b[0], b[1] / m[1]
+        out[c.label] = {"vs": base, "be_ratio": be, "cost_ratio": cost, "speed_ratio": be * cost}
+        rows.append(f"| {c.label} | {base} | {be:.3f} | {cost:.3f} | {be * cost:.3f} |")
+    return ("\n".join(rows) if out else ""), out
+
+
 def main(a: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -199,6 +234,11 @@ def main(a: argparse.Namespace) -> int:
     print(md)
     if greedy_same is not None:
         print(f"greedy outputs identical across localspec methods: {sum(greedy_same.values())}/{len(greedy_same)} prompts")
+    multi_md, multi = multi_vs_single(results, configs)
+    if multi_md:
+        print("\nK drafts vs one (sd) at the same L, pooled over prompts; the block-efficiency "
+              "ratio is the most K drafts could gain if they cost nothing extra:")
+        print(multi_md)
     payload = {
         "machine": machine_info(a.threads),
         "target": target,
@@ -208,6 +248,7 @@ def main(a: argparse.Namespace) -> int:
         "runs": [r.__dict__ for r in results],
         "greedy_identical": greedy_same,
         "table_markdown": md,
+        "multi_vs_single": multi,
     }
     if a.out:
         write_json(a.out, payload)

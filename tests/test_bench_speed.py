@@ -1,0 +1,44 @@
+"""bench speed's pure pieces: the grid and the K-drafts-vs-one decomposition."""
+
+from __future__ import annotations
+
+import pytest
+
+from localspec.bench.speed import Result, multi_vs_single, parse_grid
+
+
+def test_grid_makes_single_draft_methods_k1_and_dedupes() -> None:
+    labels = [c.label for c in parse_grid(["auto", "sd", "mdbv"], ["1:4", "2:4", "4:8"])]
+    assert labels == ["ar", "auto", "sd K=1 L=4", "sd K=1 L=8", "mdbv K=1 L=4", "mdbv K=2 L=4",
+                      "mdbv K=4 L=8"]
+
+
+def _run(label: str, prompt: str, tokens: int, iters: int, seconds: float) -> Result:
+    return Result(label, prompt, tokens / seconds, tokens / iters, iterations=iters, n_tokens=tokens)
+
+
+def test_multi_vs_single_splits_speed_into_block_efficiency_and_cost() -> None:
+    configs = parse_grid(["sd", "mdbv"], ["1:4", "2:4", "2:8"])
+    results = [
+        # sd L=4: 200 tokens in 50 calls of 0.1 s, twice -> BE 4.0, 0.1 s per iteration
+        _run("sd K=1 L=4", "a", 200, 50, 5.0), _run("sd K=1 L=4", "b", 200, 50, 5.0),
+        # K=2: 200 tokens in 40 calls of 0.15 s -> BE 5.0 (x1.25), cost x(0.1/0.15)
+        _run("mdbv K=2 L=4", "a", 200, 40, 6.0), _run("mdbv K=2 L=4", "b", 200, 40, 6.0),
+        _run("mdbv K=1 L=4", "a", 200, 45, 5.0),
+        _run("mdbv K=2 L=8", "a", 200, 30, 6.0),  # no sd L=8 in the run: no row
+    ]
+    md, out = multi_vs_single(results, configs)
+    assert set(out) == {"mdbv K=2 L=4"}
+    r = out["mdbv K=2 L=4"]
+    assert r["vs"] == "sd K=1 L=4"
+    assert r["be_ratio"] == pytest.approx(1.25)
+    assert r["cost_ratio"] == pytest.approx(0.1 / 0.15)
+    # the product is the pooled tok/s ratio: 400/12 s vs 400/10 s
+    assert r["speed_ratio"] == pytest.approx((400 / 12) / (400 / 10))
+    assert "| mdbv K=2 L=4 | sd K=1 L=4 | 1.250 | 0.667 | 0.833 |" in md
+
+
+def test_multi_vs_single_is_empty_without_multi_draft_columns() -> None:
+    configs = parse_grid(["auto", "sd"], ["1:4"])
+    md, out = multi_vs_single([_run("sd K=1 L=4", "a", 100, 25, 2.0)], configs)
+    assert md == "" and out == {}
