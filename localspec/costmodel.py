@@ -182,6 +182,7 @@ class CalibratedStop:
     model: CostModel
     K: int
     seconds_per_token: float
+    per_draft: bool = False  # asked about one draft's next token (its share of a step)
 
     def accept_prob(self, conf: float) -> float:
         return self.model.acceptance.accept_prob(conf)
@@ -189,7 +190,10 @@ class CalibratedStop:
     def worth(self, depth: int, p: float) -> bool:
         m = self.model
         n = 1 + self.K * (depth - 1)
-        marginal = m.draft(self.K) + m.target(n + self.K) - m.target(n)
+        if self.per_draft:
+            marginal = m.draft(self.K) / self.K + m.target(n + 1) - m.target(n)
+        else:
+            marginal = m.draft(self.K) + m.target(n + self.K) - m.target(n)
         return p * self.seconds_per_token > marginal
 
 
@@ -253,9 +257,9 @@ class CostModel:
         best = max(self.candidates(cfg), key=lambda p: p.tok_per_s)
         return (best if best.tok_per_s > MARGIN * ar else None), ar
 
-    def draft_stop(self, best: Prediction) -> CalibratedStop:
+    def draft_stop(self, best: Prediction, per_draft: bool = False) -> CalibratedStop:
         """The dynamic-length rule for the chosen setting (valued at its predicted rate)."""
-        return CalibratedStop(self, best.K, 1.0 / best.tok_per_s)
+        return CalibratedStop(self, best.K, 1.0 / best.tok_per_s, per_draft)
 
 
 def model_for(session, greedy: bool = True) -> CostModel:
@@ -299,17 +303,24 @@ def explain(session, cfg: GenConfig) -> str:
     else:
         lines.append(f"choice: {best.method} K={best.K} L={best.L} (predicted {best.tok_per_s / ar:.2f}x AR)")
         if dynamic_length(cfg, best):
-            lines.append(_calibration_line(cm.acceptance, length_cap(cfg, best)))
+            lines.append(_calibration_line(cm.acceptance, length_cap(cfg, best), per_draft_length(cfg, best)))
     return "\n".join(lines)
 
 
 def dynamic_length(cfg: GenConfig, best: Prediction) -> bool:
     """Whether auto decides the draft length token by token for this choice.
 
-    At T > 0 a length decided from all K drafts makes them non-i.i.d.: mdbv (K >= 2) is then
-    measurably biased (tests/test_verify_exact.py), so its drafts keep a fixed L."""
-    exact = cfg.sampling.temp <= 0.0 or best.K == 1 or best.method not in ("mdbv", "spectr-gbv")
+    At T > 0 with K >= 2 drafts, a length decided from all drafts makes them non-i.i.d.:
+    mdbv is then measurably biased (tests/test_verify_exact.py). Each draft ending by its
+    own path (per_draft_length) keeps mdbv and SpecTr exact; spectr-gbv was not enumerated
+    that way, so its drafts keep a fixed L."""
+    exact = cfg.sampling.temp <= 0.0 or best.K == 1 or best.method != "spectr-gbv"
     return cfg.dynamic_draft and exact
+
+
+def per_draft_length(cfg: GenConfig, best: Prediction) -> bool:
+    """Whether each of the K drafts must end by its own rule (K >= 2 at T > 0), not jointly."""
+    return cfg.sampling.temp > 0.0 and best.K >= 2
 
 
 def length_cap(cfg: GenConfig, best: Prediction) -> int:
@@ -317,13 +328,14 @@ def length_cap(cfg: GenConfig, best: Prediction) -> int:
     return max(best.L, DYNAMIC_MAX_L) if cfg.auto_L else best.L
 
 
-def _calibration_line(a: Acceptance, cap: int) -> str:
+def _calibration_line(a: Acceptance, cap: int, per_draft: bool = False) -> str:
     """The dynamic length's view of the draft: acceptance per confidence bin (and evidence)."""
     cells = [
         f"{b / N_BINS:.1f}-{(b + 1) / N_BINS:.1f}: {a.accept_prob((b + 0.5) / N_BINS):.2f} (n={a.bin_trials[b]:.0f})"
         for b in range(N_BINS)
     ]
+    who = " for each draft on its own path (keeps K i.i.d. drafts exact)" if per_draft else ""
     return (
-        f"draft length: up to {cap}, decided token by token from the acceptance per draft confidence\n  "
-        + ", ".join(cells)
+        f"draft length: up to {cap}, decided token by token{who} from the acceptance per draft "
+        "confidence\n  " + ", ".join(cells)
     )

@@ -67,13 +67,16 @@ def test_calibrated_stop_drafts_while_the_expected_gain_beats_the_marginal_cost(
     assert not stop.worth(2, 0.3)  # 12 ms < 15 ms
     k2 = CalibratedStop(cm, K=2, seconds_per_token=0.040)  # two drafts: 20 ms + 2 x 5 ms
     assert k2.worth(2, 0.8) and not k2.worth(2, 0.7)
+    one = CalibratedStop(cm, K=2, seconds_per_token=0.040, per_draft=True)  # 20/2 + 5 ms
+    assert one.worth(2, 0.4) and not one.worth(2, 0.35)
     best = cm.predict("sd", 1, 8)
     assert cm.draft_stop(best).seconds_per_token == pytest.approx(1.0 / best.tok_per_s)
 
 
 def test_auto_shortens_drafts_only_where_that_stays_exact() -> None:
-    """The dynamic length is exact for single drafts and at T = 0, but biases mdbv with K >= 2
-    at T > 0 (tests/test_verify_exact.py): auto must give those drafts a fixed L."""
+    """The dynamic length is exact for single drafts and at T = 0; with K >= 2 drafts at
+    T > 0 a JOINT length biases mdbv (tests/test_verify_exact.py), so there each draft ends
+    by its own path (per_draft), and spectr-gbv, not enumerated that way, keeps a fixed L."""
     from types import SimpleNamespace
 
     from localspec.config import SamplingConfig
@@ -87,11 +90,18 @@ def test_auto_shortens_drafts_only_where_that_stays_exact() -> None:
         return _decide(cm, SimpleNamespace(cfg=cfg, stats=Stats()))
 
     multi = settings(0.7, 2)
-    assert multi is not None and multi.method == "mdbv" and multi.K == 2 and multi.stop is None
+    assert multi is not None and multi.method == "mdbv" and multi.K == 2
+    assert multi.stop is not None and multi.per_draft
     single = settings(0.7, 1)
     assert single is not None and single.K == 1 and single.stop is not None and single.L >= 16
+    assert not single.per_draft
     greedy_multi = settings(0.0, 2)
-    assert greedy_multi is not None and greedy_multi.stop is not None
+    assert greedy_multi is not None and greedy_multi.stop is not None and not greedy_multi.per_draft
+    from localspec.costmodel import Prediction, dynamic_length
+
+    hot = GenConfig(method="auto", K=2, auto_L=True, sampling=SamplingConfig(temp=0.7))
+    assert not dynamic_length(hot, Prediction("spectr-gbv", 2, 4, 1.0, 1.0, 1.0))
+    assert dynamic_length(hot, Prediction("spectr", 2, 4, 1.0, 1.0, 1.0))
 
 
 def test_explain_shows_the_dynamic_length_and_its_calibration(tmp_path, monkeypatch) -> None:
@@ -112,4 +122,4 @@ def test_explain_shows_the_dynamic_length_and_its_calibration(tmp_path, monkeypa
     assert "choice: sd K=1" in greedy and "draft length: up to 16, decided token by token" in greedy
     assert "0.9-1.0: 0.95 (n=0)" in greedy  # no evidence yet: the bin's own confidence
     multi = explain(sess, GenConfig(method="auto", K=2, auto_L=True, sampling=SamplingConfig(temp=0.7)))
-    assert "choice: mdbv K=2" in multi and "draft length" not in multi  # fixed L: exactness
+    assert "choice: mdbv K=2" in multi and "for each draft on its own path" in multi

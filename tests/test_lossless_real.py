@@ -112,7 +112,7 @@ def test_auto_with_a_data_dependent_draft_length_matches_target_law(pair, monkey
     s.costs = CostModel(CostCurve([1, 64], [0.010, 0.020]), cheap, acceptance=Acceptance(prior=0.9))
     s.costs.acceptance_path = None  # keep the test's estimate; nothing saved
     monkeypatch.setattr(costmodel, "model_for", lambda sess, greedy=True: s.costs)
-    monkeypatch.setattr(CostModel, "draft_stop", lambda self, best: FixedCutoff(0.6))
+    monkeypatch.setattr(CostModel, "draft_stop", lambda self, best, per_draft=False: FixedCutoff(0.6))
     lengths: list[int] = []
     real = proposer.propose
 
@@ -132,4 +132,44 @@ def test_auto_with_a_data_dependent_draft_length_matches_target_law(pair, monkey
     finally:
         s.costs = None  # the module's other tests use the session without a cost model
     assert {1, 2} <= set(lengths)  # the rule did cut some drafts short
+    assert chi2_pvalue(pairs, law) > 1e-3
+
+
+def test_multi_draft_auto_with_per_draft_lengths_matches_target_law(pair, monkeypatch):
+    """`auto` with K = 2 drafts at T > 0: each draft ends by its own path and the shorter one
+    is verified padded with a token the target never emits (mdbv). Drafts of different
+    lengths must occur in the same iteration, the padding must never be emitted, and the
+    first two tokens must follow the target's law (the engine-level check of
+    tests/test_verify_exact.py::test_per_draft_lengths_padded_with_an_impossible_token_stay_exact)."""
+    from localspec import costmodel
+    from localspec.costmodel import Acceptance, CostCurve, CostModel
+    from localspec.decode import proposer, speculative
+    from tests.helpers import FixedCutoff
+
+    s, law = pair
+    cheap = CostCurve([1, 64], [0.001, 0.002])  # speculation always predicted to pay
+    s.costs = CostModel(CostCurve([1, 64], [0.010, 0.020]), cheap, acceptance=Acceptance(prior=0.9))
+    s.costs.acceptance_path = None  # keep the test's estimate; nothing saved
+    monkeypatch.setattr(costmodel, "model_for", lambda sess, greedy=True: s.costs)
+    monkeypatch.setattr(CostModel, "draft_stop", lambda self, best, per_draft=False: FixedCutoff(0.6))
+    shapes: list[tuple[int, ...]] = []
+    real = proposer.propose
+
+    def recording(*a, **kw):
+        trie = real(*a, **kw)
+        shapes.append(tuple(trie.length(k) for k in range(trie.K)))
+        return trie
+
+    monkeypatch.setattr(speculative, "propose", recording)
+    pairs = []
+    try:
+        for seed in range(N):
+            cfg = GenConfig(method="auto", K=2, L=2, n_predict=2, seed=seed, sampling=SAMPLING)
+            done = list(s.complete(PROMPT, cfg))[-1]
+            assert done.stats.choice_note.startswith("mdbv K=2 L<=2 dynamic per draft")
+            pairs.append(tuple(s._last_gen_tokens[:2]))
+    finally:
+        s.costs = None  # the module's other tests use the session without a cost model
+    assert any(len(set(sh)) > 1 for sh in shapes)  # drafts of 1 and 2 tokens side by side
+    assert all(t >= 0 for p in pairs for t in p)
     assert chi2_pvalue(pairs, law) > 1e-3

@@ -123,6 +123,89 @@ def test_kv_invariant_after_20_iterations(smollm2_path, smollm2_q4_0_path):
     assert np.abs(a - b).max() <= 1.0
 
 
+def _fresh_last_logits(path, toks: list[int]) -> np.ndarray:
+    fresh = Context(model(path), n_ctx=2048, n_batch=512, n_seq_max=1, threads=1)
+    for i in range(0, len(toks) - 1, 512):
+        fresh.batch.clear().add_sequence(toks[i : min(i + 512, len(toks) - 1)], i, 0, False)
+        fresh.decode()
+    r = fresh.batch.clear().add_sequence(toks[-1:], len(toks) - 1, 0, True)
+    fresh.decode()
+    return fresh.logits(r).copy()
+
+
+def test_kv_invariant_with_per_draft_lengths(smollm2_path, smollm2_q4_0_path, monkeypatch):
+    """K = 3 sampled drafts that each end on their own (auto at T > 0): a draft's last tokens
+    are often not in the draft's KV while its siblings' are. After 20+ iterations both
+    caches still equal a fresh evaluation of what they hold, and every committed token was
+    evaluated once by each model."""
+    from localspec import costmodel
+    from localspec.costmodel import Acceptance, CostCurve, CostModel
+    from localspec.decode import proposer, speculative
+    from tests.helpers import FixedCutoff
+
+    s = session(smollm2_path, smollm2_q4_0_path)
+    s.costs = CostModel(CostCurve([1, 64], [0.010, 0.020]), CostCurve([1, 64], [0.001, 0.002]),
+                        acceptance=Acceptance(prior=0.9))
+    s.costs.acceptance_path = None
+    monkeypatch.setattr(costmodel, "model_for", lambda sess, greedy=True: s.costs)
+    monkeypatch.setattr(CostModel, "draft_stop", lambda self, best, per_draft=False: FixedCutoff(0.5))
+    shapes: list[tuple[int, ...]] = []
+    real = proposer.propose
+
+    def recording(*a, **kw):
+        trie = real(*a, **kw)
+        shapes.append(tuple(trie.length(k) for k in range(trie.K)))
+        return trie
+
+    monkeypatch.setattr(speculative, "propose", recording)
+    done = gen(s, "Write a long story about a dragon.", method="auto", K=3, L=6, auto_L=False,
+               n_predict=300, sampling=SamplingConfig(temp=0.8), seed=3)[-1]
+    assert "per draft" in done.stats.choice_note and done.stats.iterations >= 20
+    assert sum(len(set(sh)) > 1 for sh in shapes) >= 5  # uneven drafts, many times
+    for st, path in ((s.target, smollm2_path), (s.draft, smollm2_q4_0_path)):
+        toks = st.committed
+        n = len(st.tokens)  # evaluated and kept; pending tokens are evaluated next
+        kept = st.ctx
+        assert kept.pos_max(0) == n - 1
+        if st.pending:
+            r = kept.batch.clear().add_sequence(st.pending, n, 0, True)
+            kept.decode()
+            st.tokens.extend(st.pending)
+            st.pending = []
+        else:
+            r = kept.batch.clear().add_sequence(toks[-1:], n - 1, 0, True)
+            kept.seq_rm(0, n - 1, -1)
+            kept.decode()
+        a, b = _fresh_last_logits(path, toks), kept.logits(r)
+        assert np.argmax(a) == np.argmax(b)
+        assert np.abs(a - b).max() <= 1.0
+
+
+def test_commit_keeps_only_the_accepted_drafts_evaluated_prefix() -> None:
+    """Per-draft lengths: draft 0 ended at depth 2 without decoding its last token while
+    draft 1 went on (the draft decoded depth 2 for draft 1 only). Accepting all of draft 0
+    must copy one cell, not two, and leave its last token pending for the next decode."""
+    from types import SimpleNamespace
+
+    from localspec.decode.proposer import DraftTrie, Node, commit_draft
+    from localspec.decode.state import KVState
+
+    calls: list[tuple] = []
+    ctx = SimpleNamespace(n_seq_max=3, seq_cp=lambda *a: calls.append(("cp", *a)),
+                          seq_rm=lambda *a: calls.append(("rm", *a)))
+    dft = KVState(ctx)
+    dft.tokens, dft.pending = [1, 2, 3], [4]
+    root = Node(10, 1, [0, 1], -1, evaluated=True)
+    a2 = Node(11, 2, [0], 0, evaluated=False)  # draft 0 stopped: its last token never decoded
+    b2 = Node(12, 2, [1], 0, evaluated=True)
+    b3 = Node(13, 3, [1], 2, evaluated=False)
+    trie = DraftTrie(K=2, nodes=[root, a2, b2, b3], path=[[0, 1], [0, 2, 3]], evaluated_depth=2)
+    assert trie.L == 3 and trie.tokens().tolist() == [[10, 11, -1], [10, 12, 13]]
+    commit_draft(dft, trie, k=0, tau=2, correction=99)
+    assert ("cp", 1, 0, 4, 5) in calls  # one cell (depth 1) becomes the main sequence's
+    assert dft.tokens == [1, 2, 3, 4, 10] and dft.pending == [11, 99]
+
+
 def test_multi_turn_keeps_both_caches(smollm2_path, smollm2_q4_0_path):
     s = session(smollm2_path, smollm2_q4_0_path)
     cfg = GenConfig(method="sd", K=1, L=4, n_predict=24)

@@ -293,15 +293,24 @@ def _padded_models(case: Case) -> tuple[E.Model, E.Model, int]:
 
 @pytest.mark.parametrize("name", ["mdbv", "spectr"])
 def test_per_draft_lengths_padded_with_an_impossible_token_stay_exact(name: str) -> None:
-    """The route to an exact dynamic length for mdbv with K >= 2 (not built in the engine):
-    each draft ends by its OWN rule, independently of the others (so the drafts stay
-    i.i.d.), and is padded to L with a token the target never emits (q = 1, p = 0 there).
-    Enumerated over the same cases as above: exact to 1e-10, and the padding is never
-    emitted."""
+    """What the engine does for K >= 2 drafts at T > 0 (proposer per_draft, speculative.
+    verify_block's padding column): each draft ends by its OWN rule, independently of the
+    others (so the drafts stay i.i.d.), and is padded to L with a token the target never
+    emits (q = 1, p = 0 there). Enumerated over the same cases as above plus K = 3: exact to
+    1e-10, the padding is never emitted, and the target rows after the padding (the engine
+    writes a uniform filler) do not change the law."""
     worst = 0.0
-    for case in (c for c in DYN_CASES if c.K == 2):
+    cases = [c for c in DYN_CASES if c.K == 2] + [Case("dir1.0", 2, 3, 3, 0), Case("dir0.3", 3, 2, 3, 1)]
+    for case in cases:
         tgt_pad, drf_pad, V1 = _padded_models(case)
         lw = E.step_law(VERIFIERS[name], tgt_pad, drf_pad, V1, case.L, case.K)
         assert not any(V1 - 1 in z for z in lw)
         worst = max(worst, E.strict_error(lw, tgt_pad, V1, case.L))
+        tgt = models(case)[0]
+
+        def other_filler(c: tuple[int, ...], tgt=tgt, bot=V1 - 1) -> np.ndarray:
+            return np.r_[tgt(tuple(t for t in c if t != bot)), 0.0]
+
+        lw2 = E.step_law(VERIFIERS[name], other_filler, drf_pad, V1, case.L, case.K)
+        assert max(abs(lw.get(z, 0.0) - lw2.get(z, 0.0)) for z in set(lw) | set(lw2)) < 1e-12
     assert worst < 1e-10

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from localspec.costmodel import CostModel, dynamic_length, length_cap
+from localspec.costmodel import CostModel, dynamic_length, length_cap, per_draft_length
 from localspec.decode.autoregressive import ar_step
 from localspec.decode.speculative import SpecSettings, draft_sampling, spec_iteration
 from localspec.decode.turn import Turn
@@ -36,11 +36,12 @@ def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
     # dynamic length: L becomes a cap and the calibrated stop rule ends each draft where one
     # more token stops paying
     cap = length_cap(turn.cfg, best)
+    per_draft = per_draft_length(turn.cfg, best)
     turn.stats.choice_note = (
-        f"{best.method} K={best.K} L<={cap} dynamic (alpha={cm.acceptance.alpha:.2f}, predicted "
-        f"{best.tok_per_s / ar:.2f}x AR at L={best.L})"
+        f"{best.method} K={best.K} L<={cap} dynamic{' per draft' if per_draft else ''} "
+        f"(alpha={cm.acceptance.alpha:.2f}, predicted {best.tok_per_s / ar:.2f}x AR at L={best.L})"
     )
-    return SpecSettings(best.method, best.K, cap, cm.draft_stop(best))
+    return SpecSettings(best.method, best.K, cap, cm.draft_stop(best, per_draft), per_draft)
 
 
 def auto_loop(turn: Turn) -> Iterator[Event]:

@@ -26,6 +26,7 @@ class Node:
     depth: int
     members: list[int]
     parent: int  # node index, -1 for the root
+    evaluated: bool = False  # in the draft's KV (a draft's last token usually is not)
 
     @property
     def seq_ids(self) -> list[int]:
@@ -41,15 +42,25 @@ class DraftTrie:
     path: list[list[int]] = field(default_factory=list)  # path[k][i] = node of draft k, depth i+1
     q: list[list[SparseRow]] = field(default_factory=list)  # q[k][i] = row token i was drawn from
     conf: list[list[float]] = field(default_factory=list)  # conf[k][i] = draft's confidence at token i
-    evaluated_depth: int = 0  # nodes of depth <= this are in the draft KV
+    evaluated_depth: int = 0  # deepest level the draft decoded (for the decode count)
 
     @property
     def L(self) -> int:
-        return len(self.path[0]) if self.path else 0
+        """The longest draft (all drafts have this length unless they end on their own)."""
+        return max((len(p) for p in self.path), default=0)
+
+    def length(self, k: int) -> int:
+        return len(self.path[k])
 
     def tokens(self) -> np.ndarray:
-        """(K, L) int array of draft tokens."""
-        return np.array([[self.nodes[n].token for n in p] for p in self.path], dtype=np.int64).reshape(self.K, -1)
+        """(K, L) int array of draft tokens; PAD after a draft that ended before L."""
+        out = np.full((self.K, self.L), PAD, dtype=np.int64)
+        for k, p in enumerate(self.path):
+            out[k, : len(p)] = [self.nodes[n].token for n in p]
+        return out
+
+
+PAD = -1  # tokens() filler after a draft that ended early (verified as a token p never emits)
 
 
 class DraftStop(Protocol):
@@ -73,6 +84,7 @@ def propose(
     gen: np.random.Generator,
     stop: DraftStop | None = None,
     greedy_first: bool = False,
+    per_draft: bool = False,
 ) -> DraftTrie:
     """Draft K x up to L tokens. dft.pending is evaluated first (with every draft's seq id).
 
@@ -84,6 +96,13 @@ def propose(
     greedy_first (only for a temperature-0 target, where any draft set is exact): draft 0
     follows the draft's argmax and the others sample, so the K drafts form a tree that
     keeps the best single guess and adds alternatives exactly where the draft is unsure.
+
+    per_draft: each draft ends by the rule applied to its OWN path (drafts that still share
+    a trie node share the decision), so the K drafts stay i.i.d. -- each is one sample of a
+    draft process that ends itself and is padded to L with a token the target never emits
+    (trie.tokens() writes PAD). The joint rule (stop when no draft's next token pays) makes
+    mdbv with K >= 2 inexact at T > 0; the per-draft one keeps it exact
+    (tests/test_verify_exact.py).
     """
     ctx = dft.ctx
     trie = DraftTrie(K=K, path=[[] for _ in range(K)], q=[[] for _ in range(K)], conf=[[] for _ in range(K)])
@@ -102,8 +121,14 @@ def propose(
     for depth in range(1, L + 1):
         # chance that each frontier entry's path plus its next token is accepted
         reach = [f[3] * (stop.accept_prob(c) if stop else 1.0) for f, c in zip(frontier, confs, strict=True)]
-        if depth > 1 and stop is not None and not stop.worth(depth, max(reach)):
-            break
+        if depth > 1 and stop is not None:
+            if per_draft:
+                keep = [i for i, p in enumerate(reach) if stop.worth(depth, p)]
+                frontier, confs, reach = [frontier[i] for i in keep], [confs[i] for i in keep], [reach[i] for i in keep]
+                if not frontier:
+                    break
+            elif not stop.worth(depth, max(reach)):
+                break
         new_nodes: list[int] = []
         new_reach: list[float] = []
         for (parent, r, members, _), c, p in zip(frontier, confs, reach, strict=True):
@@ -122,15 +147,24 @@ def propose(
                     trie.path[k].append(idx)
         if depth == L:
             break
-        # best case for the next token: drafted at full confidence (the calibration's top bin)
-        if stop is not None and not stop.worth(depth + 1, max(new_reach) * stop.accept_prob(1.0)):
-            break  # not even that would pay: skip the decode that would feed it
+        # best case for the next token: drafted at full confidence (the calibration's top bin);
+        # where not even that would pay, skip the decode that would feed it
+        if stop is not None:
+            top = stop.accept_prob(1.0)
+            if per_draft:
+                keep = [i for i, p in enumerate(new_reach) if stop.worth(depth + 1, p * top)]
+                new_nodes, new_reach = [new_nodes[i] for i in keep], [new_reach[i] for i in keep]
+                if not new_nodes:
+                    break
+            elif not stop.worth(depth + 1, max(new_reach) * top):
+                break
         b = ctx.batch.clear()
         rows = [b.add(trie.nodes[n].token, base + depth - 1, trie.nodes[n].seq_ids, True) for n in new_nodes]
         ctx.decode()
         trie.evaluated_depth = depth
         frontier, confs = [], []
         for n, r, p in zip(new_nodes, rows, new_reach, strict=True):
+            trie.nodes[n].evaluated = True
             lg = ctx.logits(r)
             frontier.append((n, transform_row(lg, sampling), trie.nodes[n].members, p))
             confs.append(conf(lg, frontier[-1][1]))
@@ -162,9 +196,10 @@ class _Confidence:
 
 def commit_draft(dft: KVState, trie: DraftTrie, k: int, tau: int, correction: int) -> None:
     """Keep draft k's first tau tokens as the draft's main sequence; y becomes pending."""
-    keep = min(tau, trie.evaluated_depth)
+    path = trie.path[k][:tau]
+    keep = next((i for i, n in enumerate(path) if not trie.nodes[n].evaluated), len(path))
     base = dft.n_past + len(dft.pending)
-    toks = [trie.nodes[n].token for n in trie.path[k][:tau]]
+    toks = [trie.nodes[n].token for n in path]
     if keep:
         dft.ctx.seq_cp(k + 1, MAIN, base, base + keep)
     dft.drop_drafts()

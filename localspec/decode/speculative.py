@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from localspec.config import GenConfig, SamplingConfig
-from localspec.decode.proposer import DraftStop, DraftTrie, commit_draft, propose
+from localspec.decode.proposer import PAD, DraftStop, DraftTrie, commit_draft, propose
 from localspec.decode.state import MAIN, KVState
 from localspec.decode.turn import Turn
 from localspec.events import Accepted, Drafted, Event, Rejected, Written
@@ -45,12 +45,20 @@ def _compact(rows: list[SparseRow], extra: np.ndarray) -> np.ndarray:
 def verify_block(
     turn: Turn, trie: DraftTrie, rows: list[int], method: str, rng: NumpyRNG
 ) -> Decision:
-    """Build p (K, L+1, V') and q (K, L, V') over the union vocabulary V' and call the verifier."""
+    """Build p (K, L+1, V') and q (K, L, V') over the union vocabulary V' and call the verifier.
+
+    Drafts that ended before L (per-draft lengths) are padded with one extra column, a token
+    the target never emits: q = 1 on it, p = 0, so the verifier rejects it and never emits
+    it; the target rows after the padding are never reached (uniform filler, as in the
+    enumeration that proves this exact, tests/test_verify_exact.py).
+    """
     ctx = turn.target.ctx
     K, L = trie.K, trie.L
     x = trie.tokens()
+    lens = [trie.length(k) for k in range(K)]
+    padded = min(lens) < L
     root_row = rows[-1]
-    out_rows = [[root_row] + [rows[n] for n in trie.path[k]] for k in range(K)]  # (K, L+1) output rows
+    out_rows = [[root_row] + [rows[n] for n in trie.path[k]] for k in range(K)]  # (K, len+1) output rows
     logits = ctx.logits_all()
     if turn.cfg.sampling.temp <= 0.0:
         amax = greedy_rows(logits)  # one pass over the rows, no transform
@@ -58,18 +66,24 @@ def verify_block(
     else:
         tgt_rows = {r: transform_row(logits[r], turn.cfg.sampling) for r in set(sum(out_rows, []))}
     q_rows = [r for qk in trie.q for r in qk]
-    vocab = _compact(list(tgt_rows.values()) + q_rows, x)
+    vocab = _compact(list(tgt_rows.values()) + q_rows, x[x != PAD])
     V = vocab.size
-    p = np.zeros((K, L + 1, V))
-    q = np.zeros((K, L, V))
+    W = V + 1 if padded else V  # column V: the padding token
+    p = np.zeros((K, L + 1, W))
+    q = np.zeros((K, L, W))
     for k in range(K):
         for i, r in enumerate(out_rows[k]):
             row = tgt_rows[r]
             p[k, i, np.searchsorted(vocab, row.ids)] = row.probs
         for i, row in enumerate(trie.q[k]):
             q[k, i, np.searchsorted(vocab, row.ids)] = row.probs
-    xc = np.searchsorted(vocab, x)
+        if lens[k] < L:
+            p[k, lens[k] + 1 :, :V] = 1.0 / V
+            q[k, lens[k] :, V] = 1.0
+    xc = np.where(x == PAD, V, np.searchsorted(vocab, np.where(x == PAD, vocab[0], x)))
     d = VERIFIERS[method](rng, p, q, xc)
+    if d.token >= V or d.tau > lens[d.k]:
+        raise AssertionError(f"verifier {method} accepted the padding token (tau={d.tau}, token={d.token})")
     return replace(d, token=int(vocab[d.token]))
 
 
@@ -81,6 +95,7 @@ class SpecSettings:
     K: int
     L: int
     stop: DraftStop | None = None  # dynamic draft length (None: always L tokens)
+    per_draft: bool = False  # each draft ends by its own path (exact for K >= 2 at T > 0)
 
 
 def spec_iteration(turn: Turn, st: SpecSettings, rng: NumpyRNG, dsampling: SamplingConfig) -> list[Event] | None:
@@ -97,13 +112,14 @@ def spec_iteration(turn: Turn, st: SpecSettings, rng: NumpyRNG, dsampling: Sampl
     t0 = time.perf_counter()
     dft.sync_to(tgt.committed)
     greedy_first = st.K > 1 and turn.cfg.sampling.temp <= 0.0
-    trie = propose(dft, st.K, L, dsampling, turn.rng, st.stop, greedy_first)
+    trie = propose(dft, st.K, L, dsampling, turn.rng, st.stop, greedy_first, st.per_draft)
     t1 = time.perf_counter()
     rows = score(tgt, trie)
     t2 = time.perf_counter()
     d = verify_block(turn, trie, rows, st.method, rng)
     # commit: the accepted draft's cells become seq 0 in both contexts
     x = trie.tokens()
+    own = trie.length(d.k)
     acc = [int(t) for t in x[d.k, : d.tau]]
     base = tgt.n_past + len(tgt.pending)
     if d.tau:
@@ -116,21 +132,22 @@ def spec_iteration(turn: Turn, st: SpecSettings, rng: NumpyRNG, dsampling: Sampl
     stats.iterations += 1
     stats.target_calls += 1
     stats.draft_calls += trie.evaluated_depth + 1
-    stats.record(d.tau, trie.L)
-    events: list[Event] = [Drafted(tuple(tuple(int(t) for t in row) for row in x), tuple(model.detokenize(row) for row in x))]
+    stats.record(d.tau, own)
+    drafts = tuple(tuple(int(t) for t in row if t != PAD) for row in x)
+    events: list[Event] = [Drafted(drafts, tuple(model.detokenize(row) for row in drafts))]
     taken, text = emitter.push(acc)
     events.append(Accepted(d.k, d.tau, tuple(acc[:taken]), text))
-    rej = tuple(int(t) for t in x[d.k, d.tau :])
+    rej = drafts[d.k][d.tau :]
     if rej:
         events.append(Rejected(d.k, rej, model.detokenize(rej)))
     if not emitter.done:
         _, text = emitter.push([d.token])
-        events.append(Written((d.token,), text, "bonus" if d.tau == trie.L else "correction"))
+        events.append(Written((d.token,), text, "bonus" if d.tau == own else "correction"))
     t3 = time.perf_counter()
     stats.draft_seconds += t1 - t0
     stats.verify_seconds += t2 - t1
     stats.overhead_seconds += t3 - t2
-    turn.last_decision = (d.tau, trie.L, t3 - t2)
+    turn.last_decision = (d.tau, own, t3 - t2)
     turn.last_confs = trie.conf[d.k]
     return events
 
