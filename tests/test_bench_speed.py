@@ -38,6 +38,20 @@ def test_multi_vs_single_splits_speed_into_block_efficiency_and_cost() -> None:
     assert "| mdbv K=2 L=4 | sd K=1 L=4 | 1.250 | 0.667 | 0.833 |" in md
 
 
+def test_dyn_holds_auto_to_the_grid_and_compares_with_dyn_k1() -> None:
+    import argparse
+
+    configs = parse_grid(["dyn"], ["1:8", "2:8"])
+    assert [c.label for c in configs] == ["ar", "auto K=1 L<=8", "auto K=2 L<=8"]
+    a = argparse.Namespace(n_predict=8, draft_temp=None, temp=0.7, auto_free=True)
+    g = configs[2].gen(a, seed=0)
+    assert g.method == "auto" and g.K == 2 and g.L == 8 and not g.auto_K and not g.auto_L
+    results = [_run("auto K=1 L<=8", "a", 100, 20, 4.0), _run("auto K=2 L<=8", "a", 100, 16, 4.0)]
+    _, out = multi_vs_single(results, configs)
+    assert out["auto K=2 L<=8"]["vs"] == "auto K=1 L<=8"
+    assert out["auto K=2 L<=8"]["be_ratio"] == pytest.approx(1.25)
+
+
 def test_multi_vs_single_is_empty_without_multi_draft_columns() -> None:
     configs = parse_grid(["auto", "sd"], ["1:4"])
     md, out = multi_vs_single([_run("sd K=1 L=4", "a", 100, 25, 2.0)], configs)

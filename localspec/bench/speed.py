@@ -25,6 +25,7 @@ class Config:
     method: str
     K: int = 1
     L: int = 8
+    free: bool = True  # auto: may choose K and L (else K fixed, L a cap for the dynamic length)
 
     def gen(self, a: argparse.Namespace, seed: int) -> GenConfig:
         return GenConfig(
@@ -35,8 +36,8 @@ class Config:
             seed=seed,
             draft_temp=a.draft_temp,
             sampling=SamplingConfig(temp=a.temp),
-            auto_K=self.method == "auto" and a.auto_free,
-            auto_L=self.method == "auto" and a.auto_free,
+            auto_K=self.method == "auto" and a.auto_free and self.free,
+            auto_L=self.method == "auto" and a.auto_free and self.free,
         )
 
 
@@ -57,7 +58,12 @@ class Result:
 
 
 def parse_grid(methods: list[str], grid: list[str]) -> list[Config]:
-    """Methods x "K:L" grid -> columns (AR first; K is 1 for single-draft methods)."""
+    """Methods x "K:L" grid -> columns (AR first; K is 1 for single-draft methods).
+
+    "dyn" is `auto` held to the grid's K with L as the cap of its dynamic length (the cost
+    model still picks the verifier, stops each draft where one more token stops paying, and
+    may fall back to AR): how K drafts with a dynamic length compare with fixed blocks.
+    """
     out = [Config("ar", "ar")]
     for m in methods:
         if m == "ar":
@@ -67,6 +73,11 @@ def parse_grid(methods: list[str], grid: list[str]) -> list[Config]:
             continue
         for g in grid:
             K, L = (int(v) for v in g.split(":"))
+            if m == "dyn":
+                label = f"auto K={K} L<={L}"
+                if label not in [c.label for c in out]:
+                    out.append(Config(label, "auto", K, L, free=False))
+                continue
             if m in ("sd", "gbv"):
                 K = 1
             label = f"{m} K={K} L={L}"
@@ -144,7 +155,8 @@ def table(results: list[Result], labels: list[str], prompts: list[str]) -> tuple
 
 
 def multi_vs_single(results: list[Result], configs: list[Config]) -> tuple[str, dict]:
-    """Each K >= 2 column against `sd` with the same L, pooled over prompts.
+    """Each K >= 2 column against `sd` with the same L (a `dyn` column against `dyn` K=1 with
+    the same cap), pooled over prompts.
 
     tok/s = tokens per target call (block efficiency) / seconds per iteration, so the speed
     ratio splits exactly into a block-efficiency ratio and an iteration-cost ratio. K drafts
@@ -166,9 +178,9 @@ def multi_vs_single(results: list[Result], configs: list[Config]) -> tuple[str, 
             "|---|---|---|---|---|"]
     out: dict = {}
     for c in configs:
-        base = f"sd K=1 L={c.L}"
-        if c.K < 2 or c.method in ("auto", "ar"):
+        if c.K < 2 or c.method == "ar" or (c.method == "auto" and c.free):
             continue
+        base = f"auto K=1 L<={c.L}" if c.method == "auto" else f"sd K=1 L={c.L}"
         m, b = pooled(c.label), pooled(base)
         if m is None or b is None:
             continue
@@ -261,7 +273,9 @@ def main(a: argparse.Namespace) -> int:
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-m", "--target", default=None, help="target (registry name or path; default pair if omitted)")
     p.add_argument("-md", "--draft", default=None, help="draft (registry name or path)")
-    p.add_argument("--methods", nargs="+", default=["auto", "sd", "mdbv"], help="methods to compare with AR")
+    p.add_argument("--methods", nargs="+", default=["auto", "sd", "mdbv"],
+                   help="methods to compare with AR: auto, sd, gbv, spectr, spectr-gbv, mdbv, and dyn "
+                        "(auto held to each grid K, L the cap of its dynamic length)")
     p.add_argument("--grid", nargs="+", default=["1:8", "3:6"], help="K:L settings for explicit methods")
     p.add_argument("--prompts", default=None, help="JSONL prompts file (default: shipped code/chat/math set)")
     p.add_argument("--kinds", nargs="*", default=None, help="prompt kinds to keep (code, chat, math)")
