@@ -123,3 +123,46 @@ def test_explain_shows_the_dynamic_length_and_its_calibration(tmp_path, monkeypa
     assert "0.9-1.0: 0.95 (n=0)" in greedy  # no evidence yet: the bin's own confidence
     multi = explain(sess, GenConfig(method="auto", K=2, auto_L=True, sampling=SamplingConfig(temp=0.7)))
     assert "choice: mdbv K=2" in multi and "for each draft on its own path" in multi
+
+
+def test_measure_times_every_block_size_and_lets_a_cheaper_bigger_batch_win(monkeypatch) -> None:
+    """The F16 target on 2 threads is not smooth in n (9 tokens cheaper than 8): measure each
+    size a draft block can take, and cost n at most what a bigger batch costs."""
+    from localspec import costmodel
+
+    clock = [0.0]
+    cost = {n: 0.070 + 0.010 * (n - 1) for n in range(1, 65)}
+    cost[9] = cost[8] - 0.005  # a kernel that likes odd sizes
+
+    class FakeBatch:
+        def __init__(self) -> None:
+            self.n = 0
+
+        def clear(self):
+            self.n = 0
+            return self
+
+        def add(self, *a, **kw) -> int:
+            self.n += 1
+            return self.n - 1
+
+        def add_sequence(self, toks, *a, **kw) -> int:
+            self.n += len(toks)
+            return self.n - 1
+
+    class FakeCtx:
+        n_seq_max, n_batch, n_decodes, n_evaluated = 2, 512, 0, 0
+        batch = FakeBatch()
+
+        def decode(self) -> None:
+            clock[0] += cost.get(self.batch.n, 0.0)
+
+        def seq_rm(self, *a) -> None:
+            pass
+
+    monkeypatch.setattr(costmodel.time, "perf_counter", lambda: clock[0])
+    c = costmodel.measure(FakeCtx(), reps=2)
+    assert set(range(1, 25)) <= set(c.sizes)
+    assert c(9) == pytest.approx(cost[9]) and c(8) == pytest.approx(cost[9])  # 8 costs what 9 does
+    assert c(7) == pytest.approx(cost[7]) and c(10) == pytest.approx(cost[10])
+    assert all(b >= a for a, b in zip(c.seconds, c.seconds[1:], strict=False))
