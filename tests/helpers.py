@@ -37,3 +37,29 @@ class FixedCutoff:
 
     def worth(self, depth: int, p: float) -> bool:
         return p > 0.0
+
+
+def paying_cost_model_with_cutoff(sess, monkeypatch, p_min: float) -> list[tuple[int, ...]]:
+    """Give `sess` a cost model under which speculation always pays and whose dynamic
+    length is a p-min rule on the draft's real rows (so lengths depend on the data); nothing
+    is saved. Returns the list the proposer appends each trie's draft lengths to.
+    The caller resets `sess.costs = None` when done (other tests share the session)."""
+    from localspec import costmodel
+    from localspec.costmodel import Acceptance, CostCurve, CostModel
+    from localspec.decode import proposer, speculative
+
+    cheap = CostCurve([1, 64], [0.001, 0.002])
+    sess.costs = CostModel(CostCurve([1, 64], [0.010, 0.020]), cheap, acceptance=Acceptance(prior=0.9))
+    sess.costs.acceptance_path = None
+    monkeypatch.setattr(costmodel, "model_for", lambda s, greedy=True: sess.costs)
+    monkeypatch.setattr(CostModel, "draft_stop", lambda self, best, per_draft=False: FixedCutoff(p_min))
+    shapes: list[tuple[int, ...]] = []
+    real = proposer.propose
+
+    def recording(*a, **kw):
+        trie = real(*a, **kw)
+        shapes.append(tuple(trie.length(k) for k in range(trie.K)))
+        return trie
+
+    monkeypatch.setattr(speculative, "propose", recording)
+    return shapes

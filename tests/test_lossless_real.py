@@ -97,41 +97,32 @@ def test_biased_rule_is_detected(pair, monkeypatch):
     assert chi2_pvalue(pairs, law) < 1e-6
 
 
+def sample_auto(s, K: int, note: str) -> list[tuple[int, ...]]:
+    """N generations of two tokens with `auto` (K drafts, L <= 2) under the test's cost
+    model; every turn must have chosen `note`. Clears the session's cost model after."""
+    pairs = []
+    try:
+        for seed in range(N):
+            cfg = GenConfig(method="auto", K=K, L=2, n_predict=2, seed=seed, sampling=SAMPLING)
+            done = list(s.complete(PROMPT, cfg))[-1]
+            assert done.stats.choice_note.startswith(note)
+            pairs.append(tuple(s._last_gen_tokens[:2]))
+    finally:
+        s.costs = None  # the module's other tests use the session without a cost model
+    return pairs
+
+
 def test_auto_with_a_data_dependent_draft_length_matches_target_law(pair, monkeypatch):
     """`auto` at T > 0: gbv with a draft length decided while drafting (here a p-min rule
     on the draft's real rows, so drafts of 1 and 2 tokens both occur) must still give the
     target's law -- the engine-level check of what the enumeration proves
     (tests/test_verify_exact.py::test_lossless_with_the_dynamic_draft_length)."""
-    from localspec import costmodel
-    from localspec.costmodel import Acceptance, CostCurve, CostModel
-    from localspec.decode import proposer, speculative
-    from tests.helpers import FixedCutoff
+    from tests.helpers import paying_cost_model_with_cutoff
 
     s, law = pair
-    cheap = CostCurve([1, 64], [0.001, 0.002])  # speculation always predicted to pay
-    s.costs = CostModel(CostCurve([1, 64], [0.010, 0.020]), cheap, acceptance=Acceptance(prior=0.9))
-    s.costs.acceptance_path = None  # keep the test's estimate; nothing saved
-    monkeypatch.setattr(costmodel, "model_for", lambda sess, greedy=True: s.costs)
-    monkeypatch.setattr(CostModel, "draft_stop", lambda self, best, per_draft=False: FixedCutoff(0.6))
-    lengths: list[int] = []
-    real = proposer.propose
-
-    def counting(*a, **kw):
-        trie = real(*a, **kw)
-        lengths.append(trie.L)
-        return trie
-
-    monkeypatch.setattr(speculative, "propose", counting)
-    pairs = []
-    try:
-        for seed in range(N):
-            cfg = GenConfig(method="auto", K=1, L=2, n_predict=2, seed=seed, sampling=SAMPLING)
-            done = list(s.complete(PROMPT, cfg))[-1]
-            assert done.stats.choice_note.startswith("gbv K=1 L<=2 dynamic")
-            pairs.append(tuple(s._last_gen_tokens[:2]))
-    finally:
-        s.costs = None  # the module's other tests use the session without a cost model
-    assert {1, 2} <= set(lengths)  # the rule did cut some drafts short
+    shapes = paying_cost_model_with_cutoff(s, monkeypatch, 0.6)
+    pairs = sample_auto(s, K=1, note="gbv K=1 L<=2 dynamic")
+    assert {(1,), (2,)} <= set(shapes)  # the rule did cut some drafts short
     assert chi2_pvalue(pairs, law) > 1e-3
 
 
@@ -141,35 +132,11 @@ def test_multi_draft_auto_with_per_draft_lengths_matches_target_law(pair, monkey
     lengths must occur in the same iteration, the padding must never be emitted, and the
     first two tokens must follow the target's law (the engine-level check of
     tests/test_verify_exact.py::test_per_draft_lengths_padded_with_an_impossible_token_stay_exact)."""
-    from localspec import costmodel
-    from localspec.costmodel import Acceptance, CostCurve, CostModel
-    from localspec.decode import proposer, speculative
-    from tests.helpers import FixedCutoff
+    from tests.helpers import paying_cost_model_with_cutoff
 
     s, law = pair
-    cheap = CostCurve([1, 64], [0.001, 0.002])  # speculation always predicted to pay
-    s.costs = CostModel(CostCurve([1, 64], [0.010, 0.020]), cheap, acceptance=Acceptance(prior=0.9))
-    s.costs.acceptance_path = None  # keep the test's estimate; nothing saved
-    monkeypatch.setattr(costmodel, "model_for", lambda sess, greedy=True: s.costs)
-    monkeypatch.setattr(CostModel, "draft_stop", lambda self, best, per_draft=False: FixedCutoff(0.6))
-    shapes: list[tuple[int, ...]] = []
-    real = proposer.propose
-
-    def recording(*a, **kw):
-        trie = real(*a, **kw)
-        shapes.append(tuple(trie.length(k) for k in range(trie.K)))
-        return trie
-
-    monkeypatch.setattr(speculative, "propose", recording)
-    pairs = []
-    try:
-        for seed in range(N):
-            cfg = GenConfig(method="auto", K=2, L=2, n_predict=2, seed=seed, sampling=SAMPLING)
-            done = list(s.complete(PROMPT, cfg))[-1]
-            assert done.stats.choice_note.startswith("mdbv K=2 L<=2 dynamic per draft")
-            pairs.append(tuple(s._last_gen_tokens[:2]))
-    finally:
-        s.costs = None  # the module's other tests use the session without a cost model
+    shapes = paying_cost_model_with_cutoff(s, monkeypatch, 0.6)
+    pairs = sample_auto(s, K=2, note="mdbv K=2 L<=2 dynamic per draft")
     assert any(len(set(sh)) > 1 for sh in shapes)  # drafts of 1 and 2 tokens side by side
     assert all(t >= 0 for p in pairs for t in p)
     assert chi2_pvalue(pairs, law) > 1e-3

@@ -138,26 +138,10 @@ def test_kv_invariant_with_per_draft_lengths(smollm2_path, smollm2_q4_0_path, mo
     are often not in the draft's KV while its siblings' are. After 20+ iterations both
     caches still equal a fresh evaluation of what they hold, and every committed token was
     evaluated once by each model."""
-    from localspec import costmodel
-    from localspec.costmodel import Acceptance, CostCurve, CostModel
-    from localspec.decode import proposer, speculative
-    from tests.helpers import FixedCutoff
+    from tests.helpers import paying_cost_model_with_cutoff
 
     s = session(smollm2_path, smollm2_q4_0_path)
-    s.costs = CostModel(CostCurve([1, 64], [0.010, 0.020]), CostCurve([1, 64], [0.001, 0.002]),
-                        acceptance=Acceptance(prior=0.9))
-    s.costs.acceptance_path = None
-    monkeypatch.setattr(costmodel, "model_for", lambda sess, greedy=True: s.costs)
-    monkeypatch.setattr(CostModel, "draft_stop", lambda self, best, per_draft=False: FixedCutoff(0.5))
-    shapes: list[tuple[int, ...]] = []
-    real = proposer.propose
-
-    def recording(*a, **kw):
-        trie = real(*a, **kw)
-        shapes.append(tuple(trie.length(k) for k in range(trie.K)))
-        return trie
-
-    monkeypatch.setattr(speculative, "propose", recording)
+    shapes = paying_cost_model_with_cutoff(s, monkeypatch, 0.5)
     done = gen(s, "Write a long story about a dragon.", method="auto", K=3, L=6, auto_L=False,
                n_predict=300, sampling=SamplingConfig(temp=0.8), seed=3)[-1]
     assert "per draft" in done.stats.choice_note and done.stats.iterations >= 20
