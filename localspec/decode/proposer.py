@@ -8,6 +8,7 @@ needs are kept.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -122,13 +123,10 @@ def propose(
         # chance that each frontier entry's path plus its next token is accepted
         reach = [f[3] * (stop.accept_prob(c) if stop else 1.0) for f, c in zip(frontier, confs, strict=True)]
         if depth > 1 and stop is not None:
-            if per_draft:
-                keep = [i for i, p in enumerate(reach) if stop.worth(depth, p)]
-                frontier, confs, reach = [frontier[i] for i in keep], [confs[i] for i in keep], [reach[i] for i in keep]
-                if not frontier:
-                    break
-            elif not stop.worth(depth, max(reach)):
+            keep = _going_on(reach, lambda p, d=depth: stop.worth(d, p), per_draft)
+            if not keep:
                 break
+            frontier, confs, reach = [frontier[i] for i in keep], [confs[i] for i in keep], [reach[i] for i in keep]
         new_nodes: list[int] = []
         new_reach: list[float] = []
         for (parent, r, members, _), c, p in zip(frontier, confs, reach, strict=True):
@@ -151,13 +149,10 @@ def propose(
         # where not even that would pay, skip the decode that would feed it
         if stop is not None:
             top = stop.accept_prob(1.0)
-            if per_draft:
-                keep = [i for i, p in enumerate(new_reach) if stop.worth(depth + 1, p * top)]
-                new_nodes, new_reach = [new_nodes[i] for i in keep], [new_reach[i] for i in keep]
-                if not new_nodes:
-                    break
-            elif not stop.worth(depth + 1, max(new_reach) * top):
+            keep = _going_on(new_reach, lambda p, d=depth + 1, t=top: stop.worth(d, p * t), per_draft)
+            if not keep:
                 break
+            new_nodes, new_reach = [new_nodes[i] for i in keep], [new_reach[i] for i in keep]
         b = ctx.batch.clear()
         rows = [b.add(trie.nodes[n].token, base + depth - 1, trie.nodes[n].seq_ids, True) for n in new_nodes]
         ctx.decode()
@@ -169,6 +164,14 @@ def propose(
             frontier.append((n, transform_row(lg, sampling), trie.nodes[n].members, p))
             confs.append(conf(lg, frontier[-1][1]))
     return trie
+
+
+def _going_on(reach: list[float], worth: Callable[[float], bool], per_draft: bool) -> list[int]:
+    """Indices of the branches that draft on: each judged on its own path (per_draft), or
+    all of them while the best one still pays (the joint rule)."""
+    if per_draft:
+        return [i for i, p in enumerate(reach) if worth(p)]
+    return list(range(len(reach))) if worth(max(reach)) else []
 
 
 class _Confidence:
