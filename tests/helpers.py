@@ -46,12 +46,12 @@ def paying_cost_model_with_cutoff(sess, monkeypatch, p_min: float) -> list[tuple
     The caller resets `sess.costs = None` when done (other tests share the session)."""
     from localspec import costmodel
     from localspec.costmodel import Acceptance, CostCurve, CostModel
-    from localspec.decode import proposer, speculative
+    from localspec.decode import proposer
 
     cheap = CostCurve([1, 64], [0.001, 0.002])
     sess.costs = CostModel(CostCurve([1, 64], [0.010, 0.020]), cheap, acceptance=Acceptance(prior=0.9))
     sess.costs.acceptance_path = None
-    monkeypatch.setattr(costmodel, "model_for", lambda s, greedy=True: sess.costs)
+    monkeypatch.setattr(costmodel, "model_for", lambda *a, **k: sess.costs)
     monkeypatch.setattr(CostModel, "draft_stop", lambda self, best, per_draft=False: FixedCutoff(p_min))
     shapes: list[tuple[int, ...]] = []
     real = proposer.propose
@@ -61,5 +61,5 @@ def paying_cost_model_with_cutoff(sess, monkeypatch, p_min: float) -> list[tuple
         shapes.append(tuple(trie.length(k) for k in range(trie.K)))
         return trie
 
-    monkeypatch.setattr(speculative, "propose", recording)
+    monkeypatch.setattr(proposer, "propose", recording)
     return shapes

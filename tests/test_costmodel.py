@@ -109,19 +109,19 @@ def test_explain_shows_the_dynamic_length_and_its_calibration(tmp_path, monkeypa
     from types import SimpleNamespace
 
     from localspec.config import SamplingConfig
-    from localspec.costmodel import explain
+    from localspec.costmodel import explain, model_for
 
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
 
     def ctx(name: str):
-        return SimpleNamespace(ctx=SimpleNamespace(model=SimpleNamespace(path=Path(name))))
+        return SimpleNamespace(model=SimpleNamespace(path=Path(name)))
 
     cm = CostModel(linear(0.070, 0.002), linear(0.005, 0.001), acceptance=Acceptance(prior=0.9))
-    sess = SimpleNamespace(costs=cm, target=ctx("t.gguf"), draft=ctx("d.gguf"))
-    greedy = explain(sess, GenConfig(method="auto", auto_L=True))
+    t, d = ctx("t.gguf"), ctx("d.gguf")
+    greedy = explain(model_for(t, d, True, cm), GenConfig(method="auto", auto_L=True))
     assert "choice: sd K=1" in greedy and "draft length: up to 16, decided token by token" in greedy
     assert "0.9-1.0: 0.95 (n=0)" in greedy  # no evidence yet: the bin's own confidence
-    multi = explain(sess, GenConfig(method="auto", K=2, auto_L=True, sampling=SamplingConfig(temp=0.7)))
+    multi = explain(model_for(t, d, False, cm), GenConfig(method="auto", K=2, auto_L=True, sampling=SamplingConfig(temp=0.7)))
     assert "choice: mdbv K=2" in multi and "for each draft on its own path" in multi
 
 

@@ -47,7 +47,7 @@ def sample_pairs(sess, method: str, K: int, n: int = N) -> list[tuple[int, ...]]
     for seed in range(n):
         cfg = GenConfig(method=method, K=K, L=2, n_predict=2, seed=seed, sampling=SAMPLING, dynamic_draft=False)
         list(sess.complete(PROMPT, cfg))
-        out.append(tuple(sess._last_gen_tokens[:2]))
+        out.append(tuple(sess.last_tokens[:2]))
     return out
 
 
@@ -106,7 +106,7 @@ def sample_auto(s, K: int, note: str) -> list[tuple[int, ...]]:
             cfg = GenConfig(method="auto", K=K, L=2, n_predict=2, seed=seed, sampling=SAMPLING)
             done = list(s.complete(PROMPT, cfg))[-1]
             assert done.stats.choice_note.startswith(note)
-            pairs.append(tuple(s._last_gen_tokens[:2]))
+            pairs.append(tuple(s.last_tokens[:2]))
     finally:
         s.costs = None  # the module's other tests use the session without a cost model
     return pairs

@@ -54,13 +54,13 @@ def test_greedy_same_model_equals_ar(same_pair, smollm2_path, method):
     K = 1 if method in ("sd", "gbv") else 2
     for prompt in PROMPTS:
         ar = gen(same_pair, prompt, method="ar", n_predict=48)[-1]
-        ar_toks, prompt_toks = list(same_pair._last_gen_tokens), list(same_pair._last_prompt_tokens)
+        ar_toks, prompt_toks = list(same_pair.last_tokens), list(same_pair.last_prompt_tokens)
         ev = gen(same_pair, prompt, method=method, K=K, L=L, n_predict=48, dynamic_draft=False)
         done = ev[-1]
         if K == 1:
             assert done.text == ar.text, (method, prompt)
         else:
-            gap = first_divergence_gap(same_pair, smollm2_path, ar_toks, list(same_pair._last_gen_tokens), prompt_toks)
+            gap = first_divergence_gap(same_pair, smollm2_path, ar_toks, list(same_pair.last_tokens), prompt_toks)
             assert gap is None or gap < 1.0, (method, prompt, gap)
         visible = "".join(e.text for e in ev if isinstance(e, Accepted | Written))
         assert visible == done.text
@@ -72,7 +72,7 @@ def test_greedy_same_model_equals_ar(same_pair, smollm2_path, method):
 def test_greedy_different_draft_equals_ar(smollm2_path, smollm2_q4_0_path):
     """A Q4_0 draft disagrees often; the output must still be the target's greedy text.
 
-    Batch-size numerics (DESIGN.md) could in principle flip a near-tied argmax between the
+    Batch-size numerics (docs/design.md#numerics) could in principle flip a near-tied argmax between the
     batched verification and AR's one-token decode; on these prompts they do not.
     """
     s = session(smollm2_path, smollm2_q4_0_path)
@@ -212,7 +212,7 @@ def test_greedy_multi_draft_divergence_only_at_near_ties(smollm2_path, smollm2_q
     """K=2 sampled drafts at T=0: the text is the target's greedy text up to batch numerics.
 
     A target row computed inside a verification batch differs from AR's one-token decode by
-    up to ~1 logit on CPU (different matmul kernels, DESIGN.md). Where two candidates are
+    up to ~1 logit on CPU (different matmul kernels, docs/design.md#numerics). Where two candidates are
     that close, greedy AR and greedy speculation may pick differently; anywhere else they
     must agree. So: at the first divergence (if any), the two tokens' logits under a fresh
     evaluation of the common prefix must be within 1.0 of each other.
@@ -221,9 +221,9 @@ def test_greedy_multi_draft_divergence_only_at_near_ties(smollm2_path, smollm2_q
     checked = 0
     for prompt in PROMPTS:
         gen(s, prompt, method="ar", n_predict=64)
-        ar, prompt_toks = list(s._last_gen_tokens), list(s._last_prompt_tokens)
+        ar, prompt_toks = list(s.last_tokens), list(s.last_prompt_tokens)
         gen(s, prompt, method="mdbv", K=2, L=4, n_predict=64, draft_temp=0.8, seed=0)
-        gap = first_divergence_gap(s, smollm2_path, ar, list(s._last_gen_tokens), prompt_toks)
+        gap = first_divergence_gap(s, smollm2_path, ar, list(s.last_tokens), prompt_toks)
         if gap is None:
             continue
         assert gap < 1.0, (prompt, gap)
@@ -233,11 +233,9 @@ def test_greedy_multi_draft_divergence_only_at_near_ties(smollm2_path, smollm2_q
 
 def test_auto_falls_back_to_ar_when_speculation_cannot_pay(smollm2_path, smollm2_q4_0_path):
     """A draft as expensive as the target can never pay: auto must run plain decoding."""
-    from localspec.costmodel import explain
-
     s = session(smollm2_path, smollm2_q4_0_path)
     cfg = GenConfig(method="auto", n_predict=24, auto_K=True, auto_L=True)
-    table = explain(s, cfg)
+    table = s.explain(cfg)
     assert "choice: ar" in table and "sd" in table
     done = gen(s, PROMPTS[1], method="auto", n_predict=24, auto_K=True, auto_L=True)[-1]
     assert done.stats.choice_note.startswith("ar") and done.stats.ar_estimate > 0

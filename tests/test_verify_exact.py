@@ -1,4 +1,4 @@
-"""Exact-enumeration proofs for the verifiers (ALGORITHMS.md §7).
+"""Exact-enumeration proofs for the verifiers (docs/algorithms.md#exactness).
 
 Every K-tuple of drafts of tiny context-dependent models is enumerated, every random branch
 of the verifier is explored (localspec.verify.exact), and the resulting exact law of the
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from localspec.verify import VERIFIERS, Decision
-from localspec.verify import exact as E
+from tests import exact as E
 
 LOSSLESS = ("sd", "gbv", "spectr", "mdbv")
 TOY_T, TOY_D = E.const_model([1 / 3, 2 / 3]), E.const_model([2 / 3, 1 / 3])
@@ -127,8 +127,8 @@ def test_toy_regression_values() -> None:
     assert etau("gbv", toy[1]) == pytest.approx(11 / 9, abs=1e-12)
     assert etau("mdbv", toy[2]) == pytest.approx(1.4795606, abs=1e-7)
     assert etau("mdbv", toy[3]) == pytest.approx(1.6429149, abs=1e-7)
-    # ALGORITHMS.md quotes SpecTr as 1.4054870 / 1.5933060; the exact rho* (and the reference
-    # implementation) give 1.40548655 / 1.59330636: equal to the quoted digits within 1e-6.
+    # The design notes quoted SpecTr as 1.4054870 / 1.5933060 (docs/algorithms.md#toy); the
+    # exact rho* gives 1.40548655 / 1.59330636: equal to the quoted digits within 1e-6.
     assert etau("spectr", toy[2]) == pytest.approx(1.4054870, abs=1e-6)
     assert etau("spectr", toy[3]) == pytest.approx(1.5933060, abs=1e-6)
     assert etau("spectr", toy[2]) == pytest.approx(1.4054865457, abs=1e-9)

@@ -1,4 +1,4 @@
-"""SpecTr-GBV as published: the bias finding (ALGORITHMS.md §4) and Algorithm 2 for K = 1.
+"""SpecTr-GBV as published: the bias finding (docs/algorithms.md#spectr-gbv-bias) and Algorithm 2 for K = 1.
 
 These tests pin the finding so a silent change is caught: for K >= 2 the per-step law gives
 some prefixes more probability than the target allows (no later correction can repair that);
@@ -13,8 +13,9 @@ import itertools
 import numpy as np
 import pytest
 
-from localspec.verify import VERIFIERS, Decision, SpectrGbvCarry
-from localspec.verify import exact as E
+from localspec.verify import VERIFIERS, Decision
+from tests.algorithm2 import SpectrGbvCarry
+from tests import exact as E
 
 TOY_T, TOY_D = E.const_model([1 / 3, 2 / 3]), E.const_model([2 / 3, 1 / 3])
 

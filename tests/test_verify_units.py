@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from localspec.verify import LOSSLESS, VERIFIERS, NumpyRNG
-from localspec.verify import exact as E
+from tests import exact as E
 from localspec.verify.kseq import RatioTable
 from localspec.verify.selection import SelectionNode
 
@@ -20,7 +20,7 @@ def _g(rho: float, p: np.ndarray, q: np.ndarray, n: int) -> float:
 
 
 def _rho_bisection(p: np.ndarray, q: np.ndarray, n: int) -> float:
-    """Independent reference: 200-step bisection keeping the upper end (ALGORITHMS.md §3)."""
+    """Independent reference: 200-step bisection keeping the upper end (docs/algorithms.md#spectr)."""
     lo, hi = 1.0, float(n)
     for _ in range(200):
         mid = 0.5 * (lo + hi)

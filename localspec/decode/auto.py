@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 from localspec.costmodel import CostModel, dynamic_length, length_cap, per_draft_length
 from localspec.decode.autoregressive import ar_step
-from localspec.decode.speculative import SpecSettings, draft_sampling, spec_iteration
+from localspec.decode.proposer import Proposer
+from localspec.decode.speculative import SpecSettings, spec_iteration
 from localspec.decode.turn import Turn
 from localspec.events import Event
 from localspec.verify import NumpyRNG
@@ -44,11 +45,23 @@ def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
     return SpecSettings(best.method, best.K, cap, cm.draft_stop(best, per_draft), per_draft)
 
 
+def _ran(settings: SpecSettings | None) -> str:
+    if settings is None:
+        return "ar"
+    return f"{settings.method} K={settings.K} L{'<=' if settings.stop is not None else '='}{settings.L}"
+
+
 def auto_loop(turn: Turn) -> Iterator[Event]:
-    cm: CostModel = turn.costs
+    """Run the cost model's choice; re-decide every RECHECK_EVERY iterations, probe while AR."""
+    cm = turn.costs
+    assert cm is not None and turn.draft is not None, "auto needs a cost model and a draft"
     rng = NumpyRNG(turn.rng)
-    dsampling = draft_sampling(turn.cfg)
+    # the proposer's dynamic length and the cost model share one acceptance estimate:
+    # every verification teaches both
+    proposer = Proposer(turn.draft, turn.cfg.draft_sampling(), turn.rng, learner=cm.acceptance)
     settings = _decide(cm, turn)
+    ran = [_ran(settings)]
+    turn.stats.ran = ran[0]
     turn.stats.ar_estimate = cm.ar()
     since = 0
     could_pay = cm.expected_tokens(1, 8, alpha=0.95) / cm.iteration_seconds(1, 8) > cm.ar()
@@ -57,12 +70,12 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
         probe = settings is None and could_pay and since >= wait
         if settings is not None or probe:
             st = settings or SpecSettings("sd" if turn.cfg.sampling.temp <= 0 else "gbv", 1, 4)
-            events = spec_iteration(turn, st, rng, dsampling)
-            if events is not None:
-                assert turn.last_decision is not None
-                tau, L, overhead = turn.last_decision
-                cm.acceptance.update(tau, L, turn.last_confs)
-                cm.overhead = 0.9 * cm.overhead + 0.1 * overhead
+            res = spec_iteration(turn, st, proposer, rng)
+            events = None
+            if res is not None:
+                proposer.observe(res.decision.tau, res.drafted, res.confs)
+                cm.overhead = 0.9 * cm.overhead + 0.1 * res.overhead_seconds
+                events = res.events
         else:
             events = ar_step(turn)
         if events is None:
@@ -72,5 +85,9 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
         if (settings is not None and since >= RECHECK_EVERY) or probe:
             settings = _decide(cm, turn)
             since = 0
+            now = _ran(settings)
+            if now != ran[-1]:
+                ran.append(now)
+                turn.stats.ran = " then ".join(ran[:3]) + (" ..." if len(ran) > 3 else "")
         yield from events
         yield turn.tick()

@@ -1,4 +1,8 @@
-"""Plain decoding with the target: the baseline every method is measured against."""
+"""Plain decoding with the target: the baseline every method is measured against.
+
+`target_step` is the one place the target writes a token by itself; AR, auto's AR phases
+and PARSE's regeneration all call it.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,8 @@ from localspec.events import Event, Written
 from localspec.sampling import sample_row, transform_row
 
 
-def ar_step(turn: Turn) -> list[Event] | None:
-    """Evaluate the pending token(s), sample the next one. None when the context is full."""
+def target_step(turn: Turn) -> Written | None:
+    """Evaluate the pending token(s), sample the next one, emit it. None when the context is full."""
     tgt = turn.target
     ctx = tgt.ctx
     stats = turn.stats
@@ -22,19 +26,27 @@ def ar_step(turn: Turn) -> list[Event] | None:
     row = ctx.batch.clear().add_sequence(tgt.pending, tgt.n_past, MAIN, True)
     ctx.decode()
     t1 = time.perf_counter()
-    tgt.tokens.extend(tgt.pending)
     tok = sample_row(transform_row(ctx.logits(row), turn.cfg.sampling), turn.rng)
-    tgt.pending = [tok]
+    tgt.advance(tok)
     _, text = turn.emitter.push([tok])
-    stats.iterations += 1
     stats.target_calls += 1
     stats.verify_seconds += t1 - t0
     stats.overhead_seconds += time.perf_counter() - t1
-    return [Written((tok,), text, "target")]
+    return Written((tok,), text, "target")
+
+
+def ar_step(turn: Turn) -> list[Event] | None:
+    """One AR iteration (a target step counted as an iteration)."""
+    ev = target_step(turn)
+    if ev is None:
+        return None
+    turn.stats.iterations += 1
+    return [ev]
 
 
 def ar_loop(turn: Turn) -> Iterator[Event]:
     """One target decode per token."""
+    turn.stats.ran = "ar"
     while not turn.should_stop():
         events = ar_step(turn)
         if events is None:

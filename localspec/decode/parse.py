@@ -1,4 +1,4 @@
-"""PARSE (ALGORITHMS.md section 8): the draft writes the whole answer, the target judges the
+"""PARSE (docs/algorithms.md#parse): the draft writes the whole answer, the target judges the
 answer and its prefixes in ONE decode, keeps the longest valid prefix and writes the rest.
 
 One round, top to bottom:
@@ -28,24 +28,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from localspec.decode.autoregressive import target_step
+from localspec.decode.blocks import one_hot, verify_rows
 from localspec.decode.judges import Judge, make_judge
-from localspec.decode.parse_pass import (
-    AnswerRows,
-    PassResult,
-    commit_prefix,
-    judge_copies,
-    judge_pass,
-)
+from localspec.decode.parse_pass import AnswerRows, PassResult, judge_copies, judge_pass
 from localspec.decode.segment import boundaries, choose_cuts, decide
 from localspec.decode.speculative import SpecSettings, run_blocks
 from localspec.decode.state import MAIN
 from localspec.decode.turn import Turn
 from localspec.events import Accepted, Cut, Drafted, Event, Judged, Rejected, Stats, Written
 from localspec.sampling import SparseRow, sample_row, transform_row
+from localspec.verify import NumpyRNG
 
 TAIL_VERIFIER = "gbv"  # lossless for K = 1 and at least as long as token-level sd
 MAX_TARGET_SEGMENT = 48  # iterative resume: the target never writes more than this per round
@@ -89,7 +86,7 @@ def draft_answer(turn: Turn, budget: int) -> Generator[Event, None, Draft]:
     dft, model = turn.draft, turn.draft_model
     assert dft is not None and model is not None
     cfg = turn.cfg
-    sampling = cfg.sampling if cfg.draft_temp is None else replace(cfg.sampling, temp=cfg.draft_temp)
+    sampling = cfg.draft_sampling()
     ctx = dft.ctx
     dft.sync_to(turn.target.committed)
     out = Draft()
@@ -100,18 +97,17 @@ def draft_answer(turn: Turn, budget: int) -> Generator[Event, None, Draft]:
     row = b.add_sequence(dft.pending, dft.n_past, MAIN, True)
     ctx.decode()
     out.decodes += 1
-    dft.tokens.extend(dft.pending)
-    dft.pending = []
     while True:
         logits = ctx.logits(row)
         if sampling.temp <= 0.0:
             tok = int(np.argmax(logits))
-            out.q.append(SparseRow(np.array([tok], dtype=np.int64), np.ones(1)))
+            out.q.append(one_hot(tok))
         else:
             r = transform_row(logits, sampling)
             tok = sample_row(r, turn.rng)
             out.q.append(r)
         out.tokens.append(tok)
+        dft.advance(tok)  # what was pending is evaluated; the new token waits its turn
         raw += model.piece(tok)
         text = raw.decode("utf-8", "replace")
         yield Drafted((tuple(out.tokens),), (text,))
@@ -123,8 +119,6 @@ def draft_answer(turn: Turn, budget: int) -> Generator[Event, None, Draft]:
         row = b.add(tok, dft.n_past, MAIN, True)
         ctx.decode()
         out.decodes += 1
-        dft.tokens.append(tok)
-    dft.pending = [out.tokens[-1]]
     return out
 
 
@@ -134,28 +128,17 @@ def verify_tail(turn: Turn, d: Draft, rows: AnswerRows, t_star: int, method: str
     The target's rows for answer[t*:] (and the bonus row) came with the judge pass, so this
     costs no decode: it is the token-level speculative step on a draft we already paid for.
     """
-    from localspec.verify import VERIFIERS, NumpyRNG
-
     T = len(d.tokens)
     tail = d.tokens[t_star:]
     if rows.rows is not None:
         p_rows = rows.rows[t_star : T + 1]
     else:
-        p_rows = [SparseRow(np.array([int(a)], dtype=np.int64), np.ones(1)) for a in rows.argmax[t_star : T + 1]]
+        p_rows = [one_hot(int(a)) for a in rows.argmax[t_star : T + 1]]
     if not tail:
         return T, sample_row(p_rows[0], turn.rng)
-    q_rows = d.q[t_star:T]
-    vocab = np.unique(np.concatenate([r.ids for r in p_rows] + [r.ids for r in q_rows] + [np.asarray(tail)]))
-    L, V = len(tail), vocab.size
-    p = np.zeros((1, L + 1, V))
-    q = np.zeros((1, L, V))
-    for i, r in enumerate(p_rows):
-        p[0, i, np.searchsorted(vocab, r.ids)] = r.probs
-    for i, r in enumerate(q_rows):
-        q[0, i, np.searchsorted(vocab, r.ids)] = r.probs
-    x = np.searchsorted(vocab, np.asarray(tail)).reshape(1, L)
-    dec = VERIFIERS[method](NumpyRNG(turn.rng), p, q, x)
-    return t_star + int(dec.tau), int(vocab[dec.token])
+    x = np.asarray(tail, dtype=np.int64).reshape(1, len(tail))
+    dec = verify_rows(method, NumpyRNG(turn.rng), [p_rows], [d.q[t_star:T]], x)
+    return t_star + int(dec.tau), dec.token
 
 
 def _clamp_cuts(turn: Turn, judge: Judge, notes: list[str]) -> int:
@@ -197,28 +180,17 @@ def _fit_cuts(turn: Turn, judge: Judge, n_cuts: int, T: int, notes: list[str]) -
 
 def _target_write(turn: Turn, until_newline: bool) -> Iterator[Event]:
     """Plain target decoding: to the end of the line (iterative resume) or of the answer."""
-    tgt, model, emitter, stats = turn.target, turn.target_model, turn.emitter, turn.stats
-    ctx = tgt.ctx
+    tgt, model = turn.target, turn.target_model
     n = 0
     while not turn.should_stop():
         if until_newline and (n >= MAX_TARGET_SEGMENT or b"\n" in model.piece(tgt.pending[-1])):
             return
-        if not turn.room(len(tgt.pending) + 1):
-            emitter.close("context_full")
+        ev = target_step(turn) if turn.room(len(tgt.pending) + 1) else None
+        if ev is None:
+            turn.emitter.close("context_full")
             return
-        t0 = time.perf_counter()
-        row = ctx.batch.clear().add_sequence(tgt.pending, tgt.n_past, MAIN, True)
-        ctx.decode()
-        tgt.tokens.extend(tgt.pending)
-        t1 = time.perf_counter()
-        tok = sample_row(transform_row(ctx.logits(row), turn.cfg.sampling), turn.rng)
-        tgt.pending = [tok]
-        _, text = emitter.push([tok])
         n += 1
-        stats.target_calls += 1
-        stats.verify_seconds += t1 - t0
-        stats.overhead_seconds += time.perf_counter() - t1
-        yield Written((tok,), text, "target")
+        yield ev
 
 
 def _spec_finish(turn: Turn) -> Iterator[Event]:
@@ -289,7 +261,7 @@ def parse_loop(turn: Turn) -> Iterator[Event]:
         i = decide(scores, judge.score_threshold)
         t_star = cuts[i] if i >= 0 else 0
         keep, nxt = verify_tail(turn, d, res.answer, t_star)
-        commit_prefix(tgt, answer, keep, nxt)
+        tgt.commit(answer[:keep], nxt)  # the answer was evaluated on MAIN: keep its prefix
         # events: what was judged, where it was cut, what is kept, what the target writes
         char_of = _char_offsets(pieces)
         yield Judged(judge.name, tuple(cuts), tuple(char_of[c] for c in cuts), tuple(scores), judge.score_threshold)

@@ -1,6 +1,6 @@
 """PARSE's target pass: the answer and N judge-suffix copies in ONE llama_decode.
 
-The paper's custom attention mask is built from sequence ids (DESIGN.md): answer token j
+The paper's custom attention mask is built from sequence ids (docs/design.md#one-decode): answer token j
 carries MAIN plus the id of every copy whose cut is > j; copy i's suffix tokens carry id i
 only, at positions after its cut. llama.cpp lets a token attend to cells that share one of
 its sequence ids at positions <= its own, so copy i sees prompt + answer[:c_i] + itself and
@@ -167,16 +167,3 @@ def _add_copies(tgt: KVState, answer: Sequence[int], copies: Sequence[Copy], whi
             continue
         rows[i] = b.add_sequence(suffix, base + c.cut, i + 1, True)
     return rows
-
-
-def commit_prefix(tgt: KVState, answer: Sequence[int], keep: int, next_token: int) -> None:
-    """Keep prompt + pending + answer[:keep] as MAIN (no re-evaluation), drop the rest.
-
-    `next_token` (the target's correction or bonus) becomes pending for the next decode.
-    """
-    base = tgt.n_past + len(tgt.pending)
-    tgt.ctx.seq_rm(MAIN, base + keep, -1)
-    tgt.drop_drafts()
-    tgt.tokens.extend(tgt.pending)
-    tgt.tokens.extend(answer[:keep])
-    tgt.pending = [next_token]

@@ -4,6 +4,11 @@ One llama_decode per draft step carries the newest token of every distinct draft
 that are still identical share their tokens (one trie node, the seq ids of all its drafts),
 so K drafts that agree cost what one costs. Only the sparse probability rows the verifier
 needs are kept.
+
+`Proposer` is the draft side of a turn as one object (as HF's candidate generator and
+llama.cpp's common_speculative are): `propose` drafts on the draft context, `accept` keeps
+the verifier's choice in the draft's KV, `observe` lets the dynamic draft length learn from
+what the target accepted.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from typing import Protocol
 import numpy as np
 
 from localspec.config import SamplingConfig
-from localspec.decode.state import MAIN, KVState
+from localspec.decode.blocks import PAD
+from localspec.decode.state import KVState
 from localspec.sampling import SparseRow, sample_row, transform_row
 
 
@@ -59,9 +65,6 @@ class DraftTrie:
         for k, p in enumerate(self.path):
             out[k, : len(p)] = [self.nodes[n].token for n in p]
         return out
-
-
-PAD = -1  # tokens() filler after a draft that ended early (verified as a token p never emits)
 
 
 class DraftStop(Protocol):
@@ -198,14 +201,56 @@ class _Confidence:
 
 
 def commit_draft(dft: KVState, trie: DraftTrie, k: int, tau: int, correction: int) -> None:
-    """Keep draft k's first tau tokens as the draft's main sequence; y becomes pending."""
+    """Keep draft k's first tau tokens as the draft's main sequence; y becomes pending.
+
+    Only the tokens the draft model evaluated (a draft's last token usually is not, and a
+    draft that ended early leaves a hole a sibling's same-depth token does not fill) join
+    the main sequence; the rest become pending ahead of the correction."""
     path = trie.path[k][:tau]
     keep = next((i for i, n in enumerate(path) if not trie.nodes[n].evaluated), len(path))
-    base = dft.n_past + len(dft.pending)
-    toks = [trie.nodes[n].token for n in path]
-    if keep:
-        dft.ctx.seq_cp(k + 1, MAIN, base, base + keep)
-    dft.drop_drafts()
-    dft.tokens.extend(dft.pending)
-    dft.tokens.extend(toks[:keep])
-    dft.pending = toks[keep:] + [correction]
+    dft.commit([trie.nodes[n].token for n in path], correction, seq=k + 1, evaluated=keep)
+
+
+class Learner(Protocol):
+    """What learns the draft's acceptance (costmodel.Acceptance): positions 0..tau-1 of an
+    L-token draft accepted, with the draft's confidence at each position."""
+
+    def update(self, tau: int, L: int, confs: list[float] | None = None) -> None: ...
+
+
+class Proposer:
+    """The draft model's side of a turn: drafts, keeps the accepted draft, learns.
+
+    sampling: the draft's transform (the target's, at --draft-temp when given); gen: the
+    turn's random stream; learner: updated with every verification outcome (auto's
+    calibrated acceptance), None when nothing learns (fixed settings)."""
+
+    def __init__(
+        self, draft: KVState, sampling: SamplingConfig, gen: np.random.Generator, learner: Learner | None = None
+    ) -> None:
+        self.draft = draft
+        self.sampling = sampling
+        self.gen = gen
+        self.learner = learner
+
+    def propose(
+        self,
+        committed: list[int],
+        K: int,
+        L: int,
+        stop: DraftStop | None = None,
+        greedy_first: bool = False,
+        per_draft: bool = False,
+    ) -> DraftTrie:
+        """Catch the draft up with the target's committed tokens, then draft (see propose)."""
+        self.draft.sync_to(committed)
+        return propose(self.draft, K, L, self.sampling, self.gen, stop, greedy_first, per_draft)
+
+    def accept(self, trie: DraftTrie, k: int, tau: int, token: int) -> None:
+        """The verifier kept draft k's first tau tokens and then emitted `token`."""
+        commit_draft(self.draft, trie, k, tau, token)
+
+    def observe(self, tau: int, drafted: int, confs: list[float]) -> None:
+        """Learn from one verification: tau of `drafted` tokens accepted."""
+        if self.learner is not None:
+            self.learner.update(tau, drafted, confs)

@@ -4,9 +4,15 @@ Invariant: `tokens` are exactly the tokens whose KV is in seq 0 at positions 0..
 `pending` are committed tokens the next decode must evaluate first (the last committed token,
 plus the last accepted draft token when the draft model never evaluated it). Keeping this
 explicit is what lets every loop avoid re-evaluating accepted tokens.
+
+KVState keeps the invariant itself: loops never touch `tokens`, `pending` or the sequence
+ops of the main sequence. After a decode that evaluated `pending` they call `advance(next)`
+(plain decoding) or `commit(accepted, next, seq=...)` (a verifier's or a judge's decision).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from localspec.backend import Context
 from localspec.errors import ContextFullError
@@ -85,6 +91,35 @@ class KVState:
             self.sync(committed)
         else:
             self.pending = committed[keep:]
+
+    def advance(self, next_token: int) -> None:
+        """The last decode evaluated `pending` on the main sequence; `next_token` is pending now."""
+        self.tokens.extend(self.pending)
+        self.pending = [next_token]
+
+    def commit(
+        self, accepted: Sequence[int], next_token: int, *, seq: int = MAIN, evaluated: int | None = None
+    ) -> None:
+        """Bring the main sequence to pending + accepted, with `next_token` pending.
+
+        The last decode evaluated `pending` and then the accepted tokens at the positions
+        right after it, on sequence `seq`: a draft's sequence (its cells join the main one,
+        no data copy) or MAIN itself (PARSE's answer; whatever lies past the accepted part
+        is dropped). `evaluated` says how many of the accepted tokens that decode actually
+        covered (the draft model never evaluates the last token of a draft): the others
+        become pending ahead of `next_token`, so nothing is evaluated twice and nothing is
+        skipped. Every other sequence is dropped.
+        """
+        n = len(accepted) if evaluated is None else evaluated
+        base = self.n_past + len(self.pending)
+        if seq == MAIN:
+            self.ctx.seq_rm(MAIN, base + n, -1)
+        elif n:
+            self.ctx.seq_cp(seq, MAIN, base, base + n)
+        self.drop_drafts()
+        self.tokens.extend(self.pending)
+        self.tokens.extend(accepted[:n])
+        self.pending = [*accepted[n:], next_token]
 
     def drop_drafts(self) -> None:
         """Forget every non-main sequence (rejected drafts, PARSE copies)."""

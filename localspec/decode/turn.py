@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from localspec.backend import Model
 from localspec.config import GenConfig
+from localspec.costmodel import CostModel
 from localspec.decode.emitter import Emitter
 from localspec.decode.state import KVState
 from localspec.events import Stats, StatsUpdate
-from localspec.session import StopFlag
+from localspec.stopflag import StopFlag
 
 
 @dataclass
 class Turn:
-    """Everything a loop needs for one assistant turn."""
+    """Everything a loop needs for one assistant turn, fully set when the turn starts.
+
+    method: the loop that runs (cfg.method unless the runtime resolved it, e.g. auto with
+    no draft runs "ar"); costs: the cost model `auto` (and PARSE's auto finish) decide
+    with, None for fixed settings. Loops report through `stats` and events only.
+    """
 
     target_model: Model
     target: KVState
@@ -30,10 +35,12 @@ class Turn:
     draft_model: Model | None = None
     draft: KVState | None = None
     method: str = ""
-    costs: Any = None  # CostModel when method == "auto"
-    last_decision: tuple[int, int, float] | None = None  # (tau, L, overhead s) of the last iteration
-    last_confs: list[float] = field(default_factory=list)  # draft confidences of its kept draft
+    costs: CostModel | None = None
     t_start: float = field(default_factory=time.perf_counter)
+
+    def __post_init__(self) -> None:
+        if not self.method:
+            self.method = self.cfg.method
 
     def should_stop(self) -> bool:
         """The loop ends at the next iteration boundary when the user asked or text ended."""

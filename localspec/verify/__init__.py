@@ -15,14 +15,14 @@ path, see `greedy`).
 | gbv          | 1      | yes      | block verification, optimal for one draft               |
 | spectr       | K      | yes      | SpecTr K-SEQ over the draft tree                         |
 | mdbv         | K      | yes      | select a draft, block-verify it; >= spectr, = gbv at K=1 |
-| spectr-gbv   | K      | NO (K>=2)| published rule, for reproduction; K=1 needs Algorithm 2 |
+| spectr-gbv   | K >= 2 | NO       | published rule, for reproduction (K=1: exact only with  |
+|              |        |          | Algorithm 2, tests/algorithm2.py; the engine offers gbv) |
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from localspec.verify.algorithm2 import SpectrGbvCarry
 from localspec.verify.common import Decision
 from localspec.verify.gbv import gbv
 from localspec.verify.greedy import decide_from_argmax, is_one_hot
@@ -51,7 +51,6 @@ __all__ = [
     "RNG",
     "Decision",
     "NumpyRNG",
-    "SpectrGbvCarry",
     "Verifier",
     "decide_from_argmax",
     "is_one_hot",

@@ -1,4 +1,4 @@
-"""Block verification (Sun et al., arXiv 2403.10444), ALGORITHMS.md §2, for ANY draft law.
+"""Block verification (Sun et al., arXiv 2403.10444), docs/algorithms.md#gbv, for ANY draft law.
 
 Shared by `gbv` (draft law = q) and `mdbv` (draft law = S, the law of the selected draft):
 block verification is lossless for whatever law the verified block was drawn from, so the

@@ -1,4 +1,4 @@
-"""Block verification of one draft, "GBV" (Sun et al., arXiv 2403.10444), ALGORITHMS.md §2.
+"""Block verification of one draft, "GBV" (Sun et al., arXiv 2403.10444), docs/algorithms.md#gbv.
 
 Lossless, never worse than token-level SD in expectation, optimal for one draft. Uses draft 0
 only; the rule itself lives in `blockverify` (shared with MDBV, which feeds it another law).

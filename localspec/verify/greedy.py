@@ -1,4 +1,4 @@
-"""Temperature 0: one-hot target rows make every rule deterministic (ALGORITHMS.md §6).
+"""Temperature 0: one-hot target rows make every rule deterministic (docs/algorithms.md#greedy).
 
 With p(.|u) = one-hot at a(u), each verifier reduces to "keep the longest draft prefix that
 equals the target's greedy continuation, then emit the target's argmax" -- sd/gbv on draft 0,

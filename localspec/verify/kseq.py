@@ -1,4 +1,4 @@
-"""SpecTr's K-SEQ (Sun et al., NeurIPS 2023), ALGORITHMS.md §3: one token from n candidates.
+"""SpecTr's K-SEQ (Sun et al., NeurIPS 2023), docs/algorithms.md#spectr: one token from n candidates.
 
 beta(rho) = sum_v min(q(v), p(v)/rho); rho* in [1, n] is the smallest rho with
 rho*beta(rho) >= 1 - (1 - beta(rho))^n (the "upper end" of the bisection in the paper).

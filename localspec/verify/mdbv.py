@@ -1,4 +1,4 @@
-"""MDBV, the lossless multi-draft block verifier (ALGORITHMS.md §5): select a draft, then
+"""MDBV, the lossless multi-draft block verifier (docs/algorithms.md#mdbv): select a draft, then
 block-verify it against the law of the selection.
 
 Stage 1 (`selection`): walk the merged draft tree with K-SEQ-style pick kernels; the picked

@@ -2,7 +2,7 @@
 
 Every verifier draws exclusively through these two calls. That is what lets the test harness
 replace the generator by one that explores *every* branch with its probability (exact
-enumeration of a rule's output law, ALGORITHMS.md section 7) instead of sampling it.
+enumeration of a rule's output law, docs/algorithms.md#exactness) instead of sampling it.
 """
 
 from __future__ import annotations

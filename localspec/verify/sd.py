@@ -1,4 +1,4 @@
-"""Token-level speculative sampling (Leviathan et al. 2023; Chen et al. 2023), ALGORITHMS.md §1.
+"""Token-level speculative sampling (Leviathan et al. 2023; Chen et al. 2023), docs/algorithms.md#sd.
 
 Accept x_i with probability min(1, p_i(x_i)/q_i(x_i)); at the first rejection emit a token of
 norm((p_i - q_i)+) and stop; all accepted: a bonus token from p_L. Lossless. Uses draft 0 only.

@@ -1,4 +1,4 @@
-"""Stage 1 of MDBV (ALGORITHMS.md §5): pick one draft by walking the merged draft tree, and
+"""Stage 1 of MDBV (docs/algorithms.md#mdbv-select): pick one draft by walking the merged draft tree, and
 carry the closed-form law S of the draft it picks.
 
 At node u the n alive drafts' next tokens are i.i.d. q(.|u). Each candidate (in draft order)

@@ -1,4 +1,4 @@
-"""SpecTr draft tree (Sun, Suresh, Ro, Beirami, Jain, Yu; NeurIPS 2023), ALGORITHMS.md §3.
+"""SpecTr draft tree (Sun, Suresh, Ro, Beirami, Jain, Yu; NeurIPS 2023), docs/algorithms.md#spectr.
 
 Walk the prefix tree of the K drafts: at depth i run K-SEQ on the tokens of the drafts still
 alive (those equal to the emitted prefix), keep the drafts whose token equals the output;

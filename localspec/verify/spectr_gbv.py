@@ -1,4 +1,4 @@
-"""SpecTr-GBV as published (Lin, Sheng, Cai, Zhou; arXiv 2604.25925), ALGORITHMS.md §4.
+"""SpecTr-GBV as published (Lin, Sheng, Cai, Zhou; arXiv 2604.25925), docs/algorithms.md#spectr-gbv.
 
 Reproduced faithfully for comparison -- it is NOT lossless for K >= 2. Exact enumeration
 (tests/test_verify_spectr_gbv.py) shows it gives some prefixes more probability than the

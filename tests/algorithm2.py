@@ -1,5 +1,10 @@
-"""SpecTr-GBV's cross-iteration correction ("Algorithm 2"), ALGORITHMS.md §4, as a stateful
-object the engine can enable around the `spectr-gbv` verifier.
+"""SpecTr-GBV's cross-iteration correction ("Algorithm 2"), docs/algorithms.md#algorithm2, as a
+stateful object around the `spectr-gbv` verifier.
+
+Test machinery: the enumeration in tests/test_verify_spectr_gbv.py uses it to show the
+published rule with one draft is exact only with this correction, and then yields fewer
+tokens per target call than plain GBV. The engine therefore offers spectr-gbv only with
+K >= 2 (for reproduction, documented lossy) and gbv for one draft.
 
 The published per-step rule does not emit the target's law by itself. With K = 1 it becomes
 exact over whole generations when, for the rest of the same block (positions tau+2..L counted

@@ -1,4 +1,4 @@
-"""Exact output laws by enumeration (ALGORITHMS.md §7): the proof machinery of the tests.
+"""Exact output laws by enumeration (docs/algorithms.md#enumeration): the proof machinery of the tests.
 
 A verifier's randomness goes only through rng.flip / rng.choose, so replaying it under a
 generator that branches on every draw (and multiplying the branch probabilities) gives the
