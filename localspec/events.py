@@ -93,6 +93,7 @@ class Stats:
     iterations: int = 0
     target_calls: int = 0
     draft_calls: int = 0
+    drafted: int = 0  # draft tokens proposed to the target (llama-server's draft_n)
     accepted_lengths: list[int] = field(default_factory=list)
     position_accepts: list[int] = field(default_factory=list)
     position_trials: list[int] = field(default_factory=list)
@@ -102,6 +103,7 @@ class Stats:
     prompt_seconds: float = 0.0
     seconds: float = 0.0
     choice_note: str = ""
+    ran: str = ""  # what actually ran ("ar", "sd K=1 L<=16", "auto: ar then sd"); set by the loop
     ar_estimate: float = 0.0  # the cost model's AR tok/s on this machine (0 = unknown)
 
     @property
@@ -129,6 +131,7 @@ class Stats:
     def record(self, tau: int, L: int) -> None:
         """Account one verification that accepted tau of L draft tokens."""
         self.accepted_lengths.append(tau)
+        self.drafted += L
         if len(self.position_trials) < L:
             grow = L - len(self.position_trials)
             self.position_trials += [0] * grow
@@ -150,6 +153,7 @@ class Stats:
         """Fields of `run --json`."""
         return {
             "method": self.method,
+            "ran": self.ran or self.method,
             "K": self.K,
             "L": self.L,
             "prompt_tokens": self.prompt_tokens,
@@ -159,6 +163,7 @@ class Stats:
             "target_calls": self.target_calls,
             "draft_calls": self.draft_calls,
             "block_efficiency": self.block_efficiency,
+            "drafted": self.drafted,
             "accepted_lengths": list(self.accepted_lengths),
             "draft_seconds": self.draft_seconds,
             "verify_seconds": self.verify_seconds,
@@ -167,6 +172,15 @@ class Stats:
             "seconds": self.seconds,
             "tok_per_s": self.tok_per_s,
         }
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A long step before the first token (timing the models on this machine, once):
+    frontends show `message` and `fraction` in [0, 1]; nothing is generated yet."""
+
+    message: str
+    fraction: float
 
 
 @dataclass(frozen=True)
@@ -189,4 +203,4 @@ class Done:
     message: str = ""
 
 
-Event = Drafted | Accepted | Rejected | Written | Judged | Cut | StatsUpdate | Done
+Event = Drafted | Accepted | Rejected | Written | Judged | Cut | Progress | StatsUpdate | Done

@@ -8,20 +8,27 @@ events with the turn's Done (also on Ctrl-C, so a chat session stays usable).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from functools import cached_property
 
 import numpy as np
 
+from localspec import costmodel
 from localspec.backend import Context, Model, check_vocab_compat
 from localspec.backend.chat import ChatTemplate
+from localspec.backend.offload import plan_pair
 from localspec.config import GenConfig
+from localspec.costmodel import CostModel
 from localspec.decode.autoregressive import ar_loop
 from localspec.decode.emitter import Emitter
 from localspec.decode.state import KVState
 from localspec.decode.turn import Turn
 from localspec.errors import ConfigError
-from localspec.events import Done, Event, Stats
-from localspec.session import ProgressFn, Session, SessionOptions, StopFlag
+from localspec.events import Done, Event, Progress, Stats
+from localspec.session import Message, ProgressFn, Prompt, SessionOptions, ThinkMarkers
+from localspec.stopflag import StopFlag
+
+Loop = Callable[[Turn], Iterator[Event]]
 
 
 def _resolve(spec: str, progress: ProgressFn | None) -> str:
@@ -30,29 +37,46 @@ def _resolve(spec: str, progress: ProgressFn | None) -> str:
     return str(resolve_model(spec, fetch=True, progress=True))
 
 
+def open_session(
+    target: str,
+    draft: str | None = None,
+    options: SessionOptions | None = None,
+    progress: ProgressFn | None = None,
+) -> RuntimeSession:
+    """Resolve (fetching if needed) and load target and draft; check their vocabularies."""
+    return load_session(target, draft, options or SessionOptions(), progress)
+
+
 def load_session(
     target: str, draft: str | None, options: SessionOptions, progress: ProgressFn | None
 ) -> RuntimeSession:
     """Resolve, load and check a target (and optional draft)."""
     say = progress or (lambda msg, frac: None)
+    if options.rpc:  # llama.cpp picks a model's devices at load time: register servers first
+        from localspec.backend.rpc import connect
+
+        say(f"connecting to {', '.join(options.rpc)}", 0.0)
+        connect(options.rpc)
     say(f"resolving {target}", 0.0)
     tpath = _resolve(target, progress)
     dpath = _resolve(draft, progress) if draft else None
     say(f"loading {target}", 0.3)
-    tmodel = Model(tpath, verbose=options.verbose)
+    plan = plan_pair(options, tpath, dpath)  # where layers go (GPU offload), draft first
+    tmodel = Model(tpath, verbose=options.verbose, load=options.target_load, placement=plan.target)
     dmodel = None
     if dpath:
         say(f"loading {draft}", 0.6)
-        dmodel = Model(dpath, verbose=options.verbose)
+        dmodel = Model(dpath, verbose=options.verbose, load=options.draft_load, placement=plan.draft)
         check_vocab_compat(tmodel, dmodel)
     say("creating contexts", 0.9)
     sess = RuntimeSession(tmodel, dmodel, options, target_name=target, draft_name=draft)
+    sess.progress = progress
     say("ready", 1.0)
     return sess
 
 
-class RuntimeSession(Session):
-    """The real Session over llama.cpp."""
+class RuntimeSession:
+    """The real Session (localspec.session.Session) over llama.cpp."""
 
     def __init__(
         self,
@@ -73,9 +97,12 @@ class RuntimeSession(Session):
         self.template = ChatTemplate(target)
         self.messages: list[dict[str, str]] = []
         self._stop = StopFlag()
-        self._last_prompt_text = ""
-        self._last_gen_tokens: list[int] = []
-        self.costs = None  # filled lazily by the cost model
+        # (prompt text or None for token/raw prompts, prompt tokens, generated tokens, answer)
+        # of the last generation
+        self._last: tuple[str | None, list[int], list[int], str] | None = None
+        self.costs: CostModel | None = None  # filled lazily by the cost model
+        self.progress: ProgressFn | None = None  # reports timing outside a generation (--explain)
+        self._recalibrated = False  # --recalibrate re-times the curves once per session
 
     # ------------------------------------------------------------------ Session API
     def stop(self) -> None:
@@ -86,44 +113,119 @@ class RuntimeSession(Session):
         self.target.reset()
         if self.draft:
             self.draft.reset()
-        self._last_prompt_text = ""
-        self._last_gen_tokens = []
+        self._last = None
 
     def close(self) -> None:
         self.target.ctx.close()
         if self.draft:
             self.draft.ctx.close()
 
-    def chat(self, user_text: str, cfg: GenConfig) -> Iterator[Event]:
-        self.messages.append({"role": "user", "content": user_text})
-        prompt_text = self.template.render(self.messages, add_generation_prompt=True)
-        tokens = self._prompt_tokens(prompt_text)
-        return self._generate(tokens, cfg, prompt_text)
+    def generate(
+        self,
+        prompt: Prompt,
+        cfg: GenConfig,
+        *,
+        prefill: str = "",
+        template_kwargs: Mapping[str, object] | None = None,
+    ) -> Iterator[Event]:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ConfigError("empty prompt: nothing to complete")
+            return self._generate(self.tokenize(prompt), cfg, None)
+        items = list(prompt)
+        if not items:
+            raise ConfigError("empty prompt: no messages and no tokens")
+        if all(isinstance(t, int) for t in items):
+            return self._generate([int(t) for t in items], cfg, None)
+        if not all(isinstance(m, Mapping) for m in items):
+            raise ConfigError("a prompt is chat messages, token ids or text, not a mix")
+        text = self.render(items, template_kwargs=template_kwargs) + prefill
+        return self._generate(self._prompt_tokens(text), cfg, text)
+
+    def chat(self, user_text: str, cfg: GenConfig, *, template_kwargs: Mapping[str, object] | None = None,
+             reasoning_budget: int | None = None) -> Iterator[Event]:
+        from localspec.reasoning import answer_only
+        from localspec.reasoning_budget import think
+
+        messages = [*self.messages, {"role": "user", "content": user_text}]
+        prompt = answer_only(messages, self.think_markers)  # past turns: answers only (reasoning stripped)
+        if reasoning_budget is None:  # both raise before the history changes
+            events = self.generate(prompt, cfg, template_kwargs=template_kwargs)
+        else:
+            events = think(self, prompt, cfg, template_kwargs=template_kwargs, budget=reasoning_budget)
+        self.messages = messages
+        return self._record_answer(events)
 
     def complete(self, prompt: str, cfg: GenConfig, *, chat: bool = True) -> Iterator[Event]:
         self.messages = []
-        if chat:
-            return self.chat(prompt, cfg)
-        tokens = self.target_model.tokenize(prompt, add_special=True, parse_special=False)
-        return self._generate(tokens, cfg, None)
+        return self.chat(prompt, cfg) if chat else self.generate(prompt, cfg)
+
+    def render(self, messages: Sequence[Message], *, template_kwargs: Mapping[str, object] | None = None) -> str:
+        return self.template.render([dict(m) for m in messages], add_generation_prompt=True, **(template_kwargs or {}))
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.target_model.tokenize(text, add_special=True, parse_special=False)
+
+    @property
+    def bos_text(self) -> str:
+        return self.template.bos_text if self.target_model.add_bos else ""
+
+    @cached_property
+    def think_markers(self) -> ThinkMarkers | None:
+        from localspec.backend.hints import find_think_markers
+
+        return find_think_markers(self.target_model, self.template.source)
+
+    @cached_property
+    def sampling_metadata(self) -> dict[str, str]:
+        from localspec.backend.hints import sampling_metadata
+
+        return sampling_metadata(self.target_model)
+
+    def explain(self, cfg: GenConfig) -> str:
+        return costmodel.explain(self._cost_model(cfg) if self.draft is not None else None, cfg)
+
+    @property
+    def last_prompt_tokens(self) -> list[int]:
+        """Prompt tokens of the last generation (for analysis and tests)."""
+        return list(self._last[1]) if self._last else []
+
+    @property
+    def last_tokens(self) -> list[int]:
+        """Tokens the last generation emitted (for analysis and tests)."""
+        return list(self._last[2]) if self._last else []
 
     # ------------------------------------------------------------------ internals
+    def _record_answer(self, events: Iterator[Event]) -> Iterator[Event]:
+        """Pass events through; the turn's answer joins the conversation once it ends."""
+        text = None
+        try:
+            for ev in events:
+                if isinstance(ev, Done):
+                    text = ev.text
+                yield ev
+        finally:
+            events.close()  # an abandoned turn: let the loop wind down and record its text
+            if text is None and self._last is not None:
+                text = self._last[3]  # interrupted: keep what the user saw
+            if text is not None:
+                self.messages.append({"role": "assistant", "content": text})
+
     def _prompt_tokens(self, prompt_text: str) -> list[int]:
-        """Tokens of the new prompt, reusing the previous turn's exact tokens.
+        """Tokens of a rendered prompt, reusing the previous generation's exact tokens.
 
         Re-tokenizing the previous answer can give different ids than the ones generated
         (tokenization is not unique), which would force re-evaluating it; so when the new
-        prompt text extends the previous prompt + answer, only the new suffix is tokenized.
+        prompt text extends the previous prompt + answer (a chat client resending its
+        history), only the new suffix is tokenized. Otherwise the whole text is tokenized
+        and the KV cache still keeps the longest common token prefix (KVState.sync).
         """
         tm = self.target_model
-        prev = self._last_prompt_text
-        if prev and len(self.messages) >= 2 and self.messages[-2]["role"] == "assistant":
-            answer = self.messages[-2]["content"]
-            gen = self._last_gen_tokens
-            known = prev + answer
-            if prompt_text.startswith(known) and tm.detokenize(gen) == answer:
-                prev_tokens = self._last_prompt_tokens + gen
-                return prev_tokens + tm.tokenize(prompt_text[len(known) :], add_special=False)
+        if self._last is not None and self._last[0] is not None:
+            prev_text, prev_tokens, gen, answer = self._last
+            known = prev_text + answer
+            if answer and prompt_text.startswith(known) and tm.detokenize(gen) == answer:
+                return prev_tokens + gen + tm.tokenize(prompt_text[len(known) :], add_special=False)
         add_bos = tm.add_bos and not (tm.bos >= 0 and prompt_text.startswith(self.template.bos_text or "\0"))
         toks = tm.tokenize(prompt_text, add_special=False)
         return ([tm.bos] if add_bos else []) + toks
@@ -141,58 +243,87 @@ class RuntimeSession(Session):
                 f"in one batch of {self.options.n_batch} (--batch); lower -K or -L"
             )
 
-    def _pick_loop(self, cfg: GenConfig):
+    def _pick_loop(self, cfg: GenConfig) -> tuple[Loop, str, bool]:
+        """The loop for cfg.method, the method it runs, and whether it decides with the cost model."""
         method = cfg.method
+        if method == "ar" or (method == "auto" and self.draft is None):
+            return ar_loop, "ar", False
         if method == "auto":
-            if self.draft is None:
-                return ar_loop, "ar"
-            from localspec.costmodel import model_for
             from localspec.decode.auto import auto_loop
 
-            self.costs = model_for(self, cfg.sampling.temp <= 0)
-            return auto_loop, "auto"
-        if method == "ar":
-            return ar_loop, "ar"
+            return auto_loop, "auto", True
         if method == "parse":
             from localspec.decode.parse import parse_loop
 
-            if cfg.parse.resume == "spec" and cfg.auto_L:  # no -L given: finish as auto would
-                from localspec.costmodel import model_for
-
-                self.costs = model_for(self, cfg.sampling.temp <= 0)
-            return parse_loop, "parse"
+            # no -L given: the speculative finish runs what auto would
+            return parse_loop, "parse", cfg.parse.resume == "spec" and cfg.auto_L
         from localspec.decode.speculative import speculative_loop
 
-        return speculative_loop, method
+        return speculative_loop, method, False
+
+    def _cost_model_steps(self, cfg: GenConfig) -> Generator[Progress, None, CostModel]:
+        """This pair's cost model, with the acceptance estimate of this kind of sampling
+        (greedy / sampled) loaded. Timing a curve (first use, a stale curve, --recalibrate)
+        takes seconds: it is reported as Progress events, with what is timed and how far."""
+        assert self.draft is not None
+        t, d, greedy = self.target.ctx, self.draft.ctx, cfg.sampling.temp <= 0
+        recal = self.options.recalibrate and not self._recalibrated
+        if not costmodel.timing_plan(t, d, self.costs, recal):
+            self.costs = costmodel.model_for(t, d, greedy, self.costs)
+            return self.costs
+        steps = costmodel.model_steps(t, d, greedy, self.costs, recal)
+        while True:
+            try:
+                name, done, total = next(steps)
+            except StopIteration as stop:
+                self.costs = stop.value
+                self._recalibrated = True
+                return self.costs
+            yield Progress(f"timing {name} on this machine, once: {done}/{total} batch sizes", done / total)
+
+    def _cost_model(self, cfg: GenConfig) -> CostModel:
+        """_cost_model_steps without progress events (--explain)."""
+        steps = self._cost_model_steps(cfg)
+        while True:
+            try:
+                ev = next(steps)
+            except StopIteration as stop:
+                return stop.value
+            if self.progress is not None:
+                self.progress(ev.message, ev.fraction)
 
     def _generate(self, tokens: list[int], cfg: GenConfig, prompt_text: str | None) -> Iterator[Event]:
         self._check(cfg)
+        self._last = None
         self._stop.clear()
-        loop, method = self._pick_loop(cfg)
+        loop, method, needs_costs = self._pick_loop(cfg)
         stats = Stats(method=method, K=cfg.K if method not in ("ar",) else 1, L=cfg.L if method != "ar" else 0)
         t0 = time.perf_counter()
         stats.prompt_tokens = len(tokens)
         stats.prompt_evaluated = self.target.sync(tokens)
         stats.prompt_seconds = time.perf_counter() - t0
-        emitter = Emitter(self.target_model, cfg.n_predict, cfg.stop)
+        return self._drive(loop, method, needs_costs, cfg, stats, tokens, prompt_text)
+
+    def _drive(
+        self, loop: Loop, method: str, needs_costs: bool, cfg: GenConfig, stats: Stats,
+        tokens: list[int], prompt_text: str | None,
+    ) -> Iterator[Event]:
+        costs = (yield from self._cost_model_steps(cfg)) if needs_costs else None
+        if costs is not None:
+            stats.ar_estimate = costs.ar()
         turn = Turn(
             target_model=self.target_model,
             target=self.target,
             cfg=cfg,
-            emitter=emitter,
+            emitter=Emitter(self.target_model, cfg.n_predict, cfg.stop),
             stats=stats,
             rng=np.random.default_rng(cfg.seed),
             stop_flag=self._stop,
             draft_model=self.draft_model,
             draft=self.draft,
+            method=method,
+            costs=costs,
         )
-        turn.method = method
-        turn.costs = self.costs
-        if self.costs is not None:
-            stats.ar_estimate = self.costs.ar()
-        return self._drive(loop, turn, tokens, prompt_text)
-
-    def _drive(self, loop, turn: Turn, tokens: list[int], prompt_text: str | None) -> Iterator[Event]:
         reason = None
         message = ""
         try:
@@ -208,13 +339,9 @@ class RuntimeSession(Session):
             for st in (self.target, self.draft):
                 if st is not None:
                     st.repair()
-            if turn.method in ("auto", "parse") and self.costs is not None:
-                self.costs.save_acceptance()
+            if turn.costs is not None and self.draft is not None:
+                costmodel.save(self.target.ctx, self.draft.ctx, turn.costs)
             text = turn.emitter.text
-            if prompt_text is not None:
-                self.messages.append({"role": "assistant", "content": text})
-                self._last_prompt_text = prompt_text
-                self._last_prompt_tokens = list(tokens)
-                self._last_gen_tokens = list(turn.emitter.tokens)
+            self._last = (prompt_text, list(tokens), list(turn.emitter.tokens), text)
         update = turn.tick()
         yield Done(turn.emitter.done or "max_tokens", text, update.stats, message)

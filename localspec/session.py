@@ -1,83 +1,152 @@
-"""Session: the one object frontends (CLI, TUI, bench) use to generate.
+"""The Session interface: the one thing frontends (CLI, TUI, bench, server) talk to.
 
-Frontends never touch the backend; they open a Session (which loads the models) and iterate
-over the events of `chat()` or `complete()`. A Session keeps the conversation and both KV
-caches across turns, so turn 2 only evaluates its own new tokens.
+Frontends never touch the backend or the decoding loops: they open a session
+(`localspec.runtime.open_session` loads the models) and iterate over the events of
+`generate()` (any prompt: chat messages, raw text or token ids) or `chat()` (one more user
+turn of the session's own conversation). A session keeps both models' KV caches between
+calls and reuses the longest common token prefix, so a chat client that resends the whole
+history only pays for the new suffix.
+
+This module is the interface alone (a Protocol and the option types); it imports no
+implementation, so anything may import it without a circle.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from localspec.config import GenConfig
 from localspec.events import Event
+from localspec.load import LoadOptions
+from localspec.stopflag import StopFlag
 
 ProgressFn = Callable[[str, float], None]
 """progress(message, fraction in [0, 1]) for long steps (fetch, load, calibration)."""
 
+Message = Mapping[str, str]
+Prompt = Sequence[Message] | Sequence[int] | str
+"""What `generate` takes: chat messages (rendered with the target's chat template),
+token ids (used as given), or raw text (tokenized, BOS added where the model wants it)."""
+
+__all__ = ["LoadOptions", "Message", "ProgressFn", "Prompt", "Session", "SessionOptions", "StopFlag", "ThinkMarkers"]
+
+
+@dataclass(frozen=True)
+class ThinkMarkers:
+    """The delimiters of a thinking model's reasoning block (Qwen3: `<think>`, `</think>`).
+
+    Found in the target itself (localspec.backend.markers), not assumed: `source` says
+    where ("vocab": both are single tokens of the vocabulary, ids exact; "template": they
+    occur in the chat template but are several tokens each). `open_ids` / `close_ids` are
+    their tokenizations, which the reasoning splitter uses to count tokens per segment.
+    """
+
+    open: str
+    close: str
+    open_ids: tuple[int, ...] = ()
+    close_ids: tuple[int, ...] = ()
+    source: str = "vocab"
+
 
 @dataclass
 class SessionOptions:
-    """How the models are loaded (not per-generation settings)."""
+    """How the models are loaded and their contexts sized (not per-generation settings)."""
 
     n_ctx: int = 4096
     n_batch: int = 512
     threads: int | None = None
     verbose: bool = False
     n_seq_max: int = 16
+    target_load: LoadOptions = field(default_factory=LoadOptions)
+    draft_load: LoadOptions = field(default_factory=LoadOptions)
+    recalibrate: bool = False  # re-time the cost model's curves on first use (--recalibrate)
+    rpc: list[str] = field(default_factory=list)  # HOST:PORT of llama.cpp RPC servers to register
 
 
-class StopFlag:
-    """Thread-safe flag the frontend raises (Esc, Ctrl-C) and loops poll between iterations."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def set(self) -> None:
-        self._event.set()
-
-    def clear(self) -> None:
-        self._event.clear()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-
-def open_session(
-    target: str,
-    draft: str | None = None,
-    options: SessionOptions | None = None,
-    progress: ProgressFn | None = None,
-) -> Session:
-    """Resolve (fetching if needed) and load target and draft; check their vocabularies."""
-    from localspec.runtime import load_session
-
-    return load_session(target, draft, options or SessionOptions(), progress)
-
-
-class Session:
-    """Interface implemented by localspec.runtime.RuntimeSession (and by test fakes)."""
+@runtime_checkable
+class Session(Protocol):
+    """Implemented by localspec.runtime.RuntimeSession (and by test fakes)."""
 
     target_name: str
     draft_name: str | None
 
-    def chat(self, user_text: str, cfg: GenConfig) -> Iterator[Event]:
-        """Append a user turn, generate the assistant turn; the last event is Done."""
-        raise NotImplementedError
+    @property
+    def bos_text(self) -> str:
+        """Text of the BOS token the target puts before every prompt ('' when it puts none):
+        what a client handing `render()`'s text to another llama.cpp tool strips, so that
+        tool does not see BOS twice (bench's llama.cpp peer)."""
+        ...
+
+    def generate(
+        self,
+        prompt: Prompt,
+        cfg: GenConfig,
+        *,
+        prefill: str = "",
+        template_kwargs: Mapping[str, object] | None = None,
+    ) -> Iterator[Event]:
+        """Generate one answer for `prompt`; the last event is Done.
+
+        Messages are rendered with the chat template (`template_kwargs` reach it, e.g.
+        `enable_thinking`; `prefill` is appended after the generation prompt, as the start
+        of the assistant's answer). The session's chat history is not changed. Bad input
+        (empty prompt, prompt beyond the context, flags the models cannot serve) raises a
+        LocalspecError when called, before any event.
+        """
+        ...
+
+    @property
+    def think_markers(self) -> ThinkMarkers | None:
+        """The target's reasoning-block markers, None for a model that does not think."""
+        ...
+
+    @property
+    def sampling_metadata(self) -> Mapping[str, str]:
+        """The recommended sampling the target's GGUF carries (llama.cpp's
+        `general.sampling.*` keys, e.g. {"general.sampling.temp": "0.6"}); {} when none."""
+        ...
+
+    def chat(
+        self,
+        user_text: str,
+        cfg: GenConfig,
+        *,
+        template_kwargs: Mapping[str, object] | None = None,
+        reasoning_budget: int | None = None,
+    ) -> Iterator[Event]:
+        """Append a user turn to the session's conversation and generate the reply.
+
+        Past assistant turns go back to the template with their answer only (the reasoning
+        block stripped, the model-card rule for thinking models); `reasoning_budget` caps
+        the thinking tokens of this reply (localspec.reasoning_budget)."""
+        ...
 
     def complete(self, prompt: str, cfg: GenConfig, *, chat: bool = True) -> Iterator[Event]:
         """One-shot generation on a fresh conversation (chat-templated unless chat=False)."""
-        raise NotImplementedError
+        ...
+
+    def render(self, messages: Sequence[Message], *, template_kwargs: Mapping[str, object] | None = None) -> str:
+        """The prompt text the chat template makes of these messages (generation prompt added)."""
+        ...
+
+    def tokenize(self, text: str) -> list[int]:
+        """Target token ids of raw text, BOS added where the model wants it."""
+        ...
+
+    def explain(self, cfg: GenConfig) -> str:
+        """The cost model's table and choice for `cfg` (what `--explain` prints)."""
+        ...
 
     def stop(self) -> None:
         """Ask the running generation to end after the current iteration (thread-safe)."""
-        raise NotImplementedError
+        ...
 
     def reset(self) -> None:
         """Forget the conversation (and the KV caches)."""
-        raise NotImplementedError
+        ...
 
     def close(self) -> None:
         """Free the models."""
+        ...

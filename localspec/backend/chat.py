@@ -41,9 +41,13 @@ class ChatTemplate:
         self.eos_text = model.token_text(model.eos).decode("utf-8", "replace") if model.eos >= 0 else ""
         self._template = _compile(self.source)
 
-    def render(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        """Prompt text for these messages (the template decides whether to include BOS)."""
+    def render(self, messages: list[dict[str, str]], add_generation_prompt: bool = True, **extra: object) -> str:
+        """Prompt text for these messages (the template decides whether to include BOS).
+
+        `extra` reaches the template as variables (chat_template_kwargs such as
+        enable_thinking), as llama-server passes them."""
         return self._template.render(
+            **extra,
             messages=messages,
             add_generation_prompt=add_generation_prompt,
             bos_token=self.bos_text,

@@ -26,7 +26,9 @@ FIRST_PROBE = 4  # with little evidence about this pair, probe early
 def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
     best, ar = cm.choose(turn.cfg)
     if best is None:
-        turn.stats.choice_note = f"ar (alpha={cm.acceptance.alpha:.2f}: nothing predicted above {ar:.1f} tok/s)"
+        turn.stats.choice_note = (
+            f"ar (alpha={cm.acceptance.alpha:.2f}: nothing predicted above {ar:.1f} tok/s); {cm.why_ar()}"
+        )
         return None
     if not dynamic_length(turn.cfg, best):
         turn.stats.choice_note = (
@@ -64,11 +66,16 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
     turn.stats.ran = ran[0]
     turn.stats.ar_estimate = cm.ar()
     since = 0
-    could_pay = cm.expected_tokens(1, 8, alpha=0.95) / cm.iteration_seconds(1, 8) > cm.ar()
     while not turn.should_stop():
+        # re-read every iteration: the curves heal from live timings as the turn runs
+        could_pay = cm.expected_tokens(1, 8, alpha=0.95) / cm.iteration_seconds(1, 8) > cm.ar()
         wait = FIRST_PROBE if cm.acceptance.trials < 16 else PROBE_EVERY
         probe = settings is None and could_pay and since >= wait
-        if settings is not None or probe:
+        # before re-deciding, make sure the AR cost it compares with was seen live at least
+        # a few times (a speculating turn never decodes one token alone, and a cached AR
+        # cost that lies would otherwise never be corrected): a few AR steps per session
+        check_ar = settings is not None and since >= RECHECK_EVERY and cm.target.needs_samples(1)
+        if (settings is not None or probe) and not check_ar:
             st = settings or SpecSettings("sd" if turn.cfg.sampling.temp <= 0 else "gbv", 1, 4)
             res = spec_iteration(turn, st, proposer, rng)
             events = None
@@ -82,12 +89,13 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
             turn.emitter.close("context_full")
             return
         since += 1
-        if (settings is not None and since >= RECHECK_EVERY) or probe:
+        if (settings is not None and since >= RECHECK_EVERY and not cm.target.needs_samples(1)) or probe:
             settings = _decide(cm, turn)
             since = 0
             now = _ran(settings)
             if now != ran[-1]:
                 ran.append(now)
                 turn.stats.ran = " then ".join(ran[:3]) + (" ..." if len(ran) > 3 else "")
+        turn.stats.ar_estimate = cm.ar()  # the curves heal as the turn runs
         yield from events
         yield turn.tick()

@@ -1,0 +1,135 @@
+"""Cost model: measured batch costs on THIS machine -> predicted tok/s -> the method to run.
+
+Speculation only pays when (draft cost + batched verify cost) per emitted token is below the
+target's plain decode cost; on 2 cores with a cheap quantized target it often is not. So the
+costs are measured (a first estimate in a few seconds per model file and placement, cached,
+then healed from the timings generation sees anyway: curves.py), acceptance is tracked while
+generating (acceptance.py), and `auto` picks the fastest (method, K, L) -- or plain AR when
+nothing beats it (predict.py). `explain()` prints the table behind the choice.
+
+    curves.py      CostCurve, timing, the on-disk cache, live healing
+    acceptance.py  Acceptance: the running rate and the per-confidence calibration
+    predict.py     CostModel, Prediction, CalibratedStop, the dynamic-length rules
+    explain.py     the --explain table
+"""
+
+from __future__ import annotations
+
+import time  # noqa: F401 - tests patch costmodel.time.perf_counter around measure()
+from collections.abc import Generator
+
+from localspec.backend import Context
+from localspec.costmodel.acceptance import (
+    BIN_MEMORY,
+    BIN_PRIOR,
+    MAX_MEMORY,
+    N_BINS,
+    PRIOR_ALPHA,
+    Acceptance,
+)
+from localspec.costmodel.curves import (
+    BATCH_SIZES,
+    CURVE_VERSION,
+    QUICK_SIZES,
+    CostCurve,
+    cache_dir,
+    curve_for,
+    curve_key,
+    load_curve,
+    measure,
+    measure_steps,
+    save_curve,
+    timing_steps,
+)
+from localspec.costmodel.explain import explain
+from localspec.costmodel.predict import (
+    DYNAMIC_MAX_L,
+    MARGIN,
+    CalibratedStop,
+    CostModel,
+    Prediction,
+    dynamic_length,
+    length_cap,
+    per_draft_length,
+)
+
+__all__ = [
+    "BATCH_SIZES", "BIN_MEMORY", "BIN_PRIOR", "CURVE_VERSION", "DYNAMIC_MAX_L", "MARGIN", "MAX_MEMORY",
+    "N_BINS", "PRIOR_ALPHA", "QUICK_SIZES", "Acceptance", "CalibratedStop", "CostCurve", "CostModel",
+    "Prediction", "cache_dir", "curve_for", "curve_key", "dynamic_length", "explain", "length_cap",
+    "load_curve", "measure", "measure_steps", "model_for", "per_draft_length", "save_curve", "timing_steps",
+    "timing_plan",
+]
+
+Progress = tuple[str, int, int]  # (model name, sizes done, sizes in all)
+
+
+def timing_plan(target: Context, draft: Context, cm: CostModel | None, recalibrate: bool = False) -> list[Context]:
+    """The contexts whose curves must be (re-)timed before `model_for` can answer."""
+    if recalibrate:
+        return [target, draft]
+    if cm is not None:
+        return [c for c, curve in ((target, cm.target), (draft, cm.draft)) if curve.stale]
+    return [c for c in (target, draft) if load_curve(c) is None]
+
+
+def model_steps(
+    target: Context, draft: Context, greedy: bool = True, cm: CostModel | None = None, recalibrate: bool = False
+) -> Generator[Progress, None, CostModel]:
+    """model_for, yielding (model, done, total) while it times a curve (a frontend shows it)."""
+    todo = timing_plan(target, draft, cm, recalibrate)
+    timed: dict[int, CostCurve] = {}
+    for ctx in todo:
+        timed[id(ctx)] = yield from _timed(ctx, recalibrate)
+    if cm is None or todo:
+        t = timed.get(id(target)) or (cm.target if cm is not None else load_curve(target))
+        d = timed.get(id(draft)) or (cm.draft if cm is not None else load_curve(draft))
+        assert t is not None and d is not None
+        if cm is None:
+            cm = CostModel(t, d)
+        else:
+            cm.target, cm.draft = t, d
+    path = Acceptance.path(target, draft, greedy)
+    if cm.acceptance_path != path:
+        cm.acceptance = Acceptance()
+        cm.acceptance.load(path)
+        cm.acceptance_path = path
+    # every decode from now on is a free measurement that heals the curves
+    target.on_decode, draft.on_decode = cm.target.observe, cm.draft.observe
+    return cm
+
+
+def _timed(ctx: Context, full: bool) -> Generator[Progress, None, CostCurve]:
+    gen = timing_steps(ctx, full=full)
+    name = ctx.model.path.name
+    while True:
+        try:
+            done, total = next(gen)
+        except StopIteration as stop:
+            return stop.value
+        yield name, done, total
+
+
+def model_for(
+    target: Context, draft: Context, greedy: bool = True, cm: CostModel | None = None, recalibrate: bool = False
+) -> CostModel:
+    """The cost model of a (target, draft) pair: `cm` when given (curves already measured,
+    re-timed where stale), else curves loaded from the cache or timed now.
+
+    The acceptance estimate is loaded from this pair's previous runs (kept apart for greedy
+    and sampled targets, whose acceptance differs) and saved after each turn.
+    """
+    gen = model_steps(target, draft, greedy, cm, recalibrate)
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
+
+
+def save(target: Context, draft: Context, cm: CostModel) -> None:
+    """Persist what this turn learned: the acceptance and any healed curve."""
+    cm.save_acceptance()
+    for ctx, curve in ((target, cm.target), (draft, cm.draft)):
+        if curve.dirty:
+            save_curve(ctx, curve)

@@ -1,0 +1,210 @@
+"""Measured decode costs on THIS machine, kept honest by the timings generation sees anyway.
+
+A curve is seconds per llama_decode of n tokens. It is measured once per model file and
+placement (a few sizes, a few seconds), cached on disk, and then healed from live timings:
+every decode of a known size during generation is a free measurement (Context.on_decode).
+Contention only ever adds time, so a live sample lowers the curve quickly (the minimum of a
+few recent ones) but raises it only when a whole window of samples says so (a persistently
+different machine state wins; one slow sample never does). A healed size also rescales the
+sizes not seen live (the curve's shape is kept, its level follows the machine), and a
+disagreement beyond REMEASURE_BOUND marks the curve stale: the next turn re-times it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from localspec.backend import Context
+
+# every size a draft block can take (1 + up to 16 drafted tokens, a few drafts' tries), then
+# coarse: the F16 target's cost is not smooth in n (2 threads: 8 tokens 151 ms, 9 tokens
+# 146, 11 tokens 153, 16 tokens 192 < 15 tokens 202), so `--recalibrate` times them all
+BATCH_SIZES = tuple(range(1, 25)) + (32, 48, 64)
+# the first estimate: a few sizes, 2 repeats (F16 1.5B target on 2 threads: ~5 s); the sizes
+# generation actually uses are then filled in from live timings
+QUICK_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
+CURVE_VERSION = 3  # in the cache key: older curve files are re-timed
+WINDOW = 8  # live samples kept per size
+LOWER_AFTER = 2  # the min of this many recent samples below the curve lowers it
+RAISE_AFTER = 8  # ... a window of this many all above the curve by RAISE_BOUND raises it
+RAISE_BOUND = 1.25
+REMEASURE_BOUND = 1.5  # live vs measured beyond this factor: re-time at the next turn
+
+
+def cache_dir() -> Path:
+    home = os.environ.get("LOCALSPEC_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "localspec")
+    return Path(home) / "costs"
+
+
+@dataclass
+class CostCurve:
+    """Seconds per llama_decode of n tokens (interpolated between measured sizes), healed
+    from live timings (see the module docstring)."""
+
+    sizes: list[int]
+    seconds: list[float]
+    healed: dict[int, float] = field(default_factory=dict)  # size -> quiet live estimate
+    scale: float = 1.0  # live level / measured level, for sizes not seen live
+    stale: bool = False  # live timings disagree beyond REMEASURE_BOUND: re-time it
+    dirty: bool = field(default=False, compare=False)  # healed since the last save
+    live: dict[int, list[float]] = field(default_factory=dict, repr=False, compare=False)
+
+    def measured(self, n: int) -> float:
+        """The timed value at n (interpolated; proportional past the last size)."""
+        if n <= self.sizes[-1]:
+            return float(np.interp(n, self.sizes, self.seconds))
+        return self.seconds[-1] * n / self.sizes[-1]
+
+    def __call__(self, n: int) -> float:
+        got = self.healed.get(n)
+        return got if got is not None else self.measured(n) * self.scale
+
+    def needs_samples(self, n: int) -> bool:
+        """Whether size n has been seen live too few times to heal it yet."""
+        return len(self.live.get(n, ())) < LOWER_AFTER
+
+    def observe(self, n: int, seconds: float) -> None:
+        """One live timing of an n-token decode (only sizes a draft block can take)."""
+        if n < 1 or n > self.sizes[-1] or seconds <= 0.0:
+            return
+        w = self.live.setdefault(n, [])
+        w.append(seconds)
+        del w[:-WINDOW]
+        now = self(n)
+        est = None
+        if len(w) >= LOWER_AFTER and min(w[-LOWER_AFTER:]) < now / 1.05:
+            est = min(w[-LOWER_AFTER:])
+        elif len(w) >= RAISE_AFTER and min(w[-RAISE_AFTER:]) > now * RAISE_BOUND:
+            est = min(w[-RAISE_AFTER:])
+        if est is None:
+            return
+        self.healed[n] = est
+        self.dirty = True
+        self.scale = statistics.median(v / self.measured(m) for m, v in self.healed.items())
+        base = self.measured(n)
+        if max(est / base, base / est) > REMEASURE_BOUND:
+            self.stale = True
+
+    def to_json(self) -> dict:
+        return {"sizes": self.sizes, "seconds": self.seconds, "healed": {str(k): v for k, v in self.healed.items()},
+                "scale": self.scale, "stale": self.stale}
+
+    @classmethod
+    def from_json(cls, d: dict) -> CostCurve:
+        healed = {int(k): float(v) for k, v in (d.get("healed") or {}).items()}
+        return cls([int(s) for s in d["sizes"]], [float(s) for s in d["seconds"]], healed,
+                   float(d.get("scale", 1.0)), bool(d.get("stale", False)))
+
+
+def curve_key(ctx: Context) -> str:
+    """Model file (name + size) x where it runs: curves timed on the CPU are never used for a
+    GPU placement, nor for another thread count."""
+    st = ctx.model.path.stat()
+    where = getattr(ctx, "placement_key", None) or f"t={ctx.threads}"
+    safe = "".join(c if c.isalnum() or c in "=.-_" else "_" for c in where)
+    return f"{ctx.model.path.name}-{st.st_size}-{safe}-v{CURVE_VERSION}"
+
+
+def curve_path(ctx: Context) -> Path:
+    return cache_dir() / f"{curve_key(ctx)}.json"
+
+
+def measure_steps(
+    ctx: Context, sizes: tuple[int, ...] = BATCH_SIZES, reps: int = 5, depth: int = 64
+) -> Generator[tuple[int, int], None, CostCurve]:
+    """Time decodes of n tokens on a scratch sequence after `depth` context tokens, yielding
+    (sizes done, sizes in all) after each size so a frontend can show progress.
+
+    The minimum over repeats is the cost (interference only ever adds time), and the curve
+    is made non-decreasing from the right: n tokens cost at most what a bigger batch costs
+    (where a bigger batch is measured cheaper, verifying more tokens is free on the target).
+    """
+    seq = ctx.n_seq_max - 1
+    hook, ctx.on_decode = getattr(ctx, "on_decode", None), None  # scratch decodes are not live evidence
+    try:
+        b = ctx.batch
+        b.clear().add_sequence([1] * depth, 0, seq, logits_last=False)
+        ctx.decode()
+        todo = [n for n in sizes if n <= ctx.n_batch]
+        out = []
+        for i, n in enumerate(todo):
+            times = []
+            for _ in range(reps):
+                b.clear()
+                for j in range(n):
+                    b.add(1, depth + j, seq, True)
+                t0 = time.perf_counter()
+                ctx.decode()
+                times.append(time.perf_counter() - t0)
+                ctx.seq_rm(seq, depth, -1)
+            out.append(float(np.min(times)))
+            yield i + 1, len(todo)
+        out = list(np.minimum.accumulate(np.array(out)[::-1])[::-1])
+        ctx.seq_rm(seq, 0, -1)
+        ctx.n_decodes -= 1 + reps * len(out)
+        ctx.n_evaluated -= depth + sum(reps * n for n in todo)
+        return CostCurve(todo, out)
+    finally:
+        ctx.on_decode = hook
+
+
+def measure(ctx: Context, sizes: tuple[int, ...] = BATCH_SIZES, reps: int = 5, depth: int = 64) -> CostCurve:
+    """measure_steps without progress."""
+    gen = measure_steps(ctx, sizes, reps, depth)
+    while True:
+        try:
+            next(gen)
+        except StopIteration as done:
+            return done.value
+
+
+def load_curve(ctx: Context) -> CostCurve | None:
+    """The cached curve of this model and placement, None when there is none (or it is
+    unreadable, or stale: live timings disagreed with it beyond REMEASURE_BOUND)."""
+    path = curve_path(ctx)
+    try:
+        c = CostCurve.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return None if c.stale else c
+
+
+def save_curve(ctx: Context, c: CostCurve) -> None:
+    path = curve_path(ctx)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(c.to_json()))
+    os.replace(tmp, path)
+    c.dirty = False
+
+
+def timing_steps(
+    ctx: Context, *, full: bool = False
+) -> Generator[tuple[int, int], None, CostCurve]:
+    """Time a curve (QUICK_SIZES x 2, or every size x 5 with full=True) and cache it."""
+    c = yield from measure_steps(ctx, BATCH_SIZES if full else QUICK_SIZES, reps=5 if full else 2)
+    save_curve(ctx, c)
+    return c
+
+
+def curve_for(ctx: Context, refresh: bool = False, progress: Callable[[int, int], None] | None = None) -> CostCurve:
+    """Cached curve for this model file and placement; timed on first use (or refresh)."""
+    c = None if refresh else load_curve(ctx)
+    if c is not None:
+        return c
+    gen = timing_steps(ctx, full=refresh)
+    while True:
+        try:
+            done, total = next(gen)
+        except StopIteration as stop:
+            return stop.value
+        if progress is not None:
+            progress(done, total)

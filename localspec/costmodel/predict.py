@@ -1,0 +1,151 @@
+"""Predicted tok/s of AR and of every (method, K, L) from the measured curves and acceptance,
+the choice `auto` makes, and the dynamic draft length's stop rule.
+
+Speculation only pays when (draft cost + batched verify cost) per emitted token is below the
+target's plain decode cost; on 2 cores with a cheap quantized target it often is not, so
+`choose` returns None (plain AR) unless a setting beats AR by MARGIN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from localspec.config import GenConfig
+from localspec.costmodel.acceptance import Acceptance
+from localspec.costmodel.curves import CostCurve
+
+MARGIN = 1.05  # speculation must beat AR by 5 % to be chosen (measurement noise)
+DYNAMIC_MAX_L = 16  # longest draft when its length is decided token by token
+
+
+@dataclass
+class CalibratedStop:
+    """The dynamic draft length (proposer.DraftStop): draft one more token only while
+    P(the draft so far and that token are accepted) x seconds per emitted token exceeds
+    what the token costs (a draft step for K drafts + the marginal verify cost of K more
+    tokens). Acceptance comes from the calibration, costs from the measured curves.
+    """
+
+    model: CostModel
+    K: int
+    seconds_per_token: float
+    per_draft: bool = False  # asked about one draft's next token (its share of a step)
+
+    def accept_prob(self, conf: float) -> float:
+        return self.model.acceptance.accept_prob(conf)
+
+    def worth(self, depth: int, p: float) -> bool:
+        m = self.model
+        n = 1 + self.K * (depth - 1)
+        if self.per_draft:
+            marginal = m.draft(self.K) / self.K + m.target(n + 1) - m.target(n)
+        else:
+            marginal = m.draft(self.K) + m.target(n + self.K) - m.target(n)
+        return p * self.seconds_per_token > marginal
+
+
+@dataclass
+class Prediction:
+    method: str
+    K: int
+    L: int
+    tok_per_s: float
+    expected_tokens: float
+    seconds: float
+
+
+@dataclass
+class CostModel:
+    """Predicts tok/s of AR and of (method, K, L) from measured curves and alpha."""
+
+    target: CostCurve
+    draft: CostCurve
+    overhead: float = 0.0015  # seconds of Python work per iteration (updated from runs)
+    acceptance: Acceptance = field(default_factory=Acceptance)
+    acceptance_path: Path | None = None
+
+    def save_acceptance(self) -> None:
+        if self.acceptance_path is not None:
+            self.acceptance.save(self.acceptance_path)
+
+    @property
+    def stale(self) -> bool:
+        """Live timings disagreed with a curve beyond its bound: re-time before trusting it."""
+        return self.target.stale or self.draft.stale
+
+    def ar(self) -> float:
+        return 1.0 / self.target(1)
+
+    def why_ar(self) -> str:
+        """One line for a user whose auto run fell back to plain decoding: why, and what
+        would pay (measured here: the Q4 0.5B draft next to the Q4 1.5B target on 2 cores)."""
+        step, one = self.draft(1), self.target(1)
+        verify8 = self.target(9) / one
+        return (
+            f"speculation does not pay on this machine: a draft step costs {step / one:.0%} of a "
+            f"target step ({step * 1e3:.1f} vs {one * 1e3:.1f} ms) and verifying 8 drafted tokens "
+            f"costs {verify8:.1f}x one; what would pay: a bigger or F16 target "
+            "(`localspec models quantize`), a smaller draft, or a GPU build"
+        )
+
+    def expected_tokens(self, K: int, L: int, alpha: float | None = None) -> float:
+        """E[tau] + 1: P(some draft matches i tokens) ~ 1 - (1 - alpha^i)^K."""
+        a = self.acceptance.alpha if alpha is None else alpha
+        return 1.0 + sum(1.0 - (1.0 - a**i) ** K for i in range(1, L + 1))
+
+    def iteration_seconds(self, K: int, L: int) -> float:
+        return self.draft(1) + (L - 1) * self.draft(K) + self.target(1 + K * L) + self.overhead
+
+    def predict(self, method: str, K: int, L: int) -> Prediction:
+        e = self.expected_tokens(K, L)
+        s = self.iteration_seconds(K, L)
+        return Prediction(method, K, L, e / s, e, s)
+
+    def candidates(self, cfg: GenConfig) -> list[Prediction]:
+        """Predictions for every (method, K, L) the config allows."""
+        greedy = cfg.sampling.temp <= 0.0
+        sampled_draft = not greedy or (cfg.draft_temp or 0.0) > 0.0
+        Ks = [cfg.K] if not cfg.auto_K else ([1, 2, 3, 4] if sampled_draft else [1])
+        Ls = [cfg.L] if not cfg.auto_L else list(range(1, 17))
+        out = []
+        for K in Ks:
+            methods = ["sd"] if greedy and K == 1 else (["gbv"] if K == 1 else ["mdbv"])
+            for m in methods:
+                for L in Ls:
+                    out.append(self.predict(m, K, L))
+        return out
+
+    def choose(self, cfg: GenConfig) -> tuple[Prediction | None, float]:
+        """Best speculative prediction, or None when AR is predicted at least as fast."""
+        ar = self.ar()
+        best = max(self.candidates(cfg), key=lambda p: p.tok_per_s)
+        return (best if best.tok_per_s > MARGIN * ar else None), ar
+
+    def draft_stop(self, best: Prediction, per_draft: bool = False) -> CalibratedStop:
+        """The dynamic-length rule for the chosen setting (valued at its predicted rate)."""
+        return CalibratedStop(self, best.K, 1.0 / best.tok_per_s, per_draft)
+
+
+
+def dynamic_length(cfg: GenConfig, best: Prediction) -> bool:
+    """Whether auto decides the draft length token by token for this choice.
+
+    At T > 0 with K >= 2 drafts, a length decided from all drafts makes them non-i.i.d.:
+    mdbv is then measurably biased (tests/test_verify_exact.py). Each draft ending by its
+    own path (per_draft_length) keeps mdbv and SpecTr exact; spectr-gbv was not enumerated
+    that way, so its drafts keep a fixed L."""
+    exact = cfg.sampling.temp <= 0.0 or best.K == 1 or best.method != "spectr-gbv"
+    return cfg.dynamic_draft and exact
+
+
+def per_draft_length(cfg: GenConfig, best: Prediction) -> bool:
+    """Whether each of the K drafts must end by its own rule (K >= 2 at T > 0), not jointly."""
+    return cfg.sampling.temp > 0.0 and best.K >= 2
+
+
+def length_cap(cfg: GenConfig, best: Prediction) -> int:
+    """The longest dynamic draft: at least DYNAMIC_MAX_L unless the user fixed -L."""
+    return max(best.L, DYNAMIC_MAX_L) if cfg.auto_L else best.L
+
+

@@ -1,0 +1,98 @@
+"""The cost model heals: live timings correct a cached curve that lies, and it says so.
+
+Curves timed while the machine was busy used to stay in the cache for good (a 2.5x slow
+target curve made `auto` speculate where it cannot pay). Every decode of a known size is a
+free measurement: these tests poison the cache and check that one turn brings the curves
+back and `auto` back to the decision a fresh cache makes.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from localspec import costmodel
+from localspec.config import GenConfig
+from localspec.costmodel import N_BINS, Acceptance, CostCurve
+from localspec.costmodel.curves import curve_path, load_curve
+from localspec.events import Progress
+from tests.helpers import session
+
+
+def test_a_slow_sample_never_replaces_a_quiet_one_but_a_persistent_state_wins() -> None:
+    c = CostCurve([1, 2, 4], [0.010, 0.012, 0.016])
+    for _ in range(7):
+        c.observe(1, 0.030)  # contended: slower, but not for a whole window
+    assert c(1) == pytest.approx(0.010) and not c.healed
+    c.observe(1, 0.030)  # the 8th in a row: the machine really is slower now
+    assert c(1) == pytest.approx(0.030) and c.stale  # 3x off: re-time at the next turn
+    assert c(4) == pytest.approx(0.016 * 3.0)  # sizes not seen live follow the level
+
+
+def test_quiet_samples_lower_a_curve_at_once() -> None:
+    c = CostCurve([1, 2, 4], [0.025, 0.030, 0.040])
+    for s in (0.011, 0.010):
+        c.observe(2, s)
+    assert c(2) == pytest.approx(0.010)
+    assert c(1) == pytest.approx(0.025 / 3.0)  # the level moved with it
+
+
+@pytest.fixture()
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    return tmp_path
+
+
+def _choice(sess, cfg) -> str:
+    return next(line for line in sess.explain(cfg).splitlines() if line.startswith("choice:"))
+
+
+@pytest.mark.parametrize("poison", ["one-token", "whole-curve"])
+def test_poisoned_cache_is_healed_within_one_turn(home, smollm2_path, smollm2_q8_path, poison) -> None:
+    """A near-identical draft (every draft token accepted, as this pair's saved history says)
+    still cannot beat AR on SmolLM2, whose batch cost is steep. A target curve timed 2.5x
+    slow at one token makes AR look slow and speculation look paying; 2.5x slow everywhere
+    leaves the decision alone but every prediction wrong. One turn must heal both."""
+    s = session(smollm2_path, smollm2_q8_path)
+    history = Acceptance(accepted=400.0, trials=400.0, bin_accepted=[200.0] * N_BINS, bin_trials=[200.0] * N_BINS)
+    history.save(Acceptance.path(s.target.ctx, s.draft.ctx, True))
+    cfg = GenConfig(method="auto", n_predict=240, auto_K=True, auto_L=True, seed=0)
+    fresh = _choice(s, cfg)  # times both curves (first estimate) into the empty cache
+    assert fresh.startswith("choice: ar"), fresh
+    quiet_t1 = s.costs.target(1)
+    p = curve_path(s.target.ctx)
+    d = json.loads(p.read_text())
+    # timed while the machine was busy
+    d["seconds"] = [v * 2.5 if poison == "whole-curve" or i == 0 else v for i, v in enumerate(d["seconds"])]
+    p.write_text(json.dumps(d))
+    s.costs = None
+    poisoned = _choice(s, cfg)
+    assert s.costs.target(1) == pytest.approx(2.5 * quiet_t1)
+    prompt = [{"role": "user", "content": "Write the numbers from 1 to 100, separated by commas."}]
+    done = list(s.generate(prompt, cfg))[-1]
+    if poison == "one-token":
+        assert poisoned.startswith("choice: sd"), poisoned  # the lie makes speculation look good
+        assert done.stats.ran.startswith("sd") and "then ar" in done.stats.ran, done.stats.ran
+    # healed within the turn: the target's level is back near the quiet one (far from 2.5x;
+    # the tolerance allows for this shared machine's load moving between the two timings) ...
+    assert quiet_t1 / 1.6 < s.costs.target(1) < 1.6 * quiet_t1
+    assert done.stats.ran.endswith("ar"), done.stats.ran  # ... and the turn ends on a fresh cache's choice
+    assert 1 / (1.6 * quiet_t1) < done.stats.ar_estimate < 1.6 / quiet_t1  # what the TUI shows
+    # what was persisted is stale (2.5x off): the next turn re-times it, with progress
+    assert load_curve(s.target.ctx) is None
+    events = list(s.generate([{"role": "user", "content": "Say hi."}], GenConfig(method="auto", n_predict=4)))
+    assert any(isinstance(e, Progress) and "timing" in e.message for e in events)
+    assert load_curve(s.target.ctx) is not None
+    s.close()
+
+
+def test_recalibrate_times_every_size_once(home, smollm2_path, smollm2_q4_0_path) -> None:
+    s = session(smollm2_path, smollm2_q4_0_path, recalibrate=True)
+    cfg = GenConfig(method="auto", n_predict=4, auto_K=True, auto_L=True)
+    events = list(s.generate("Once upon a time", cfg))
+    timed = [e for e in events if isinstance(e, Progress)]
+    assert timed and timed[-1].message.endswith(f"{len(costmodel.BATCH_SIZES)}/{len(costmodel.BATCH_SIZES)} batch sizes")
+    again = list(s.generate("Once upon a time", cfg))
+    assert not any(isinstance(e, Progress) for e in again)  # once per session
+    s.close()
