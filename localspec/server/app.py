@@ -1,0 +1,269 @@
+"""The ASGI app: routes, auth, body limits, and the bridge from HTTP to the worker.
+
+Starlette, not FastAPI: the server is four routes whose validation is a hand-written policy
+(fields.py) that must answer in OpenAI's error shape and name OpenAI's `param`, which is
+what FastAPI's pydantic layer would have to be talked out of; streaming, lifespan and error
+handlers are Starlette's own either way. uvicorn runs it (cli.py, and the tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from localspec.errors import ContextFullError, LocalspecError
+from localspec.server.errors import ApiError
+from localspec.server.schema import GenRequest, Limits, parse_chat, parse_completion
+from localspec.server.stream import DONE_LINE, Shapes, add_segment, sse
+from localspec.server.worker import Job, QueueFull, ShuttingDown, Worker
+from localspec.session import Session
+
+log = logging.getLogger("localspec.server")
+
+POLL_SECONDS = 0.25  # how often a waiting non-streaming request checks that its client is still there
+MAX_BODY = 4 * 1024 * 1024
+
+
+@dataclass
+class ServerConfig:
+    """Everything the app needs besides the session."""
+
+    model_id: str
+    limits: Limits
+    draft: str | None = None
+    api_key: str | None = None
+    max_queue: int = 16
+    max_body: int = MAX_BODY
+
+
+class ClientGone(Exception):
+    """The HTTP client disconnected while its request waited or ran."""
+
+
+def create_app(session: Session, config: ServerConfig) -> Starlette:
+    """A Starlette app serving `session`; the worker thread lives as long as the app runs."""
+    worker = Worker(session, config.max_queue)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        worker.start()
+        try:
+            yield
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, worker.close)
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "busy": worker.busy, "queued": worker.queued,
+                             "queue_max": worker.max_queue})
+
+    async def models(request: Request) -> Response:
+        try:
+            _auth(request, config.api_key)
+        except ApiError as e:
+            return e.response()
+        return JSONResponse({"object": "list", "data": [{
+            "id": config.model_id, "object": "model", "created": int(time.time()), "owned_by": "localspec",
+            "localspec": {"draft": config.draft, "n_ctx": config.limits.n_ctx, "method": config.limits.cfg.method},
+        }]})
+
+    async def chat(request: Request) -> Response:
+        return await _generate(request, parse_chat)
+
+    async def completions(request: Request) -> Response:
+        return await _generate(request, parse_completion)
+
+    async def _generate(request: Request, parse: Callable[[object, Limits], GenRequest]) -> Response:
+        try:
+            _auth(request, config.api_key)
+            req = parse(await _read_json(request, config.max_body), config.limits)
+            job = Job(req, asyncio.get_running_loop())
+            try:
+                worker.submit(job)
+            except QueueFull as e:
+                raise ApiError(429, f"the server is busy: {worker.max_queue} requests are already waiting; "
+                               "retry later", type="rate_limit_error", code="queue_full",
+                               headers={"Retry-After": str(e.retry_after)}) from None
+            except ShuttingDown:
+                raise _shutting_down() from None
+            shapes = Shapes(req, config.model_id, config.draft)
+            try:
+                first = await _next(job, request)
+                if first[0] != "start":
+                    return _failed(first, req)
+                if req.stream:
+                    return JobStream(_sse(job, shapes), on_close=lambda: worker.cancel(job))
+                return await _collect(job, request, shapes)
+            except BaseException:
+                worker.cancel(job)
+                raise
+        except ApiError as e:
+            return e.response()
+        except ClientGone:
+            return Response(status_code=499)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", code=code).response()
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error", exc_info=exc)
+        return ApiError(500, f"internal error: {exc}", type="server_error").response()
+
+    routes = []
+    for prefix in ("/v1", ""):  # llama-server also answers without the /v1 prefix
+        routes += [
+            Route(f"{prefix}/models", models, methods=["GET"]),
+            Route(f"{prefix}/chat/completions", chat, methods=["POST"]),
+            Route(f"{prefix}/completions", completions, methods=["POST"]),
+        ]
+    routes.append(Route("/health", health, methods=["GET"]))
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: http_error, Exception: server_error})
+    app.state.worker = worker
+    app.state.config = config
+    return app
+
+
+class JobStream(StreamingResponse):
+    """A streaming response that cancels its job however the stream ends (done, client gone,
+    server stopping), even when the body iterator never started."""
+
+    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None]) -> None:
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self._on_close = on_close
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()  # a no-op once the job has finished
+
+
+# ---------------------------------------------------------------------------- helpers
+def _auth(request: Request, key: str | None) -> None:
+    if not key:
+        return
+    header = request.headers.get("authorization", "")
+    token = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+    if not token:
+        raise ApiError(401, "You didn't provide an API key: send it as 'Authorization: Bearer KEY'.",
+                       code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+    if not hmac.compare_digest(token.encode(), key.encode()):
+        raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key",
+                       headers={"WWW-Authenticate": "Bearer"})
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+async def _read_json(request: Request, limit: int) -> object:
+    too_big = ApiError(413, f"the request body is larger than the server's limit of {limit} bytes",
+                       code="request_too_large")
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise too_big
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > limit:
+            raise too_big
+    try:
+        return json.loads(bytes(data), parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ApiError(400, f"We could not parse the JSON body of your request ({e}). The body must be "
+                       "a JSON object (Content-Type: application/json).", code="invalid_json") from None
+
+
+async def _next(job: Job, request: Request) -> tuple:
+    """The job's next item; raises ClientGone if the client disconnects while waiting."""
+    getter = asyncio.ensure_future(job.items.get())
+    try:
+        while True:
+            done, _ = await asyncio.wait({getter}, timeout=POLL_SECONDS)
+            if done:
+                return getter.result()
+            if await request.is_disconnected():
+                raise ClientGone()
+    finally:
+        if not getter.done():
+            getter.cancel()
+
+
+def _shutting_down() -> ApiError:
+    return ApiError(503, "the server is shutting down", type="server_error", code="shutting_down")
+
+
+def _failed(item: tuple, req: GenRequest) -> Response:
+    """The response for a job that produced ("error", e) or ("cancelled",) instead of a start."""
+    if item[0] == "cancelled":
+        return Response(status_code=499)
+    return _error_for(item[1], req).response()
+
+
+def _error_for(e: BaseException, req: GenRequest) -> ApiError:
+    param = "messages" if req.kind == "chat" else "prompt"
+    if isinstance(e, ContextFullError):
+        return ApiError(400, str(e), param=param, code="context_length_exceeded")
+    if isinstance(e, LocalspecError):
+        return ApiError(400, str(e), code="invalid_value")
+    if isinstance(e, ShuttingDown):
+        return _shutting_down()
+    return ApiError(500, f"engine failure: {type(e).__name__}: {e}", type="server_error", code="engine_error")
+
+
+async def _collect(job: Job, request: Request, shapes: Shapes) -> Response:
+    segments: list[dict] = []
+    while True:
+        item = await _next(job, request)
+        if item[0] == "text":
+            add_segment(segments, item[2], item[1], item[3], *item[4:])
+        elif item[0] == "done":
+            return JSONResponse(shapes.response(item[1], job.queue_seconds, segments, item[2]))
+        else:
+            return _failed(item, shapes.req)
+
+
+async def _sse(job: Job, shapes: Shapes) -> AsyncIterator[str]:
+    """The event stream: text as the worker produces it, coalesced when the client is slower."""
+    first = shapes.first()
+    if first is not None:
+        yield sse(first)
+    segments: list[dict] = []  # tokens whose text is still held back wait for the next chunk
+    while True:
+        items = [await job.items.get()]
+        while not job.items.empty():
+            items.append(job.items.get_nowait())
+        end: tuple | None = None
+        for item in items:
+            if item[0] == "text":
+                add_segment(segments, item[2], item[1], item[3], *item[4:])
+            else:
+                end = item
+                break
+        if any(s["text"] for s in segments):
+            yield sse(shapes.delta(segments))
+            segments = []
+        if end is None:
+            continue
+        if end[0] == "done":
+            for chunk in shapes.final(end[1], job.queue_seconds):
+                yield sse(chunk)
+        elif end[0] == "error":  # after the 200 went out: report in-stream, as llama-server does
+            yield sse(_error_for(end[1], shapes.req).body())
+        yield DONE_LINE
+        return

@@ -1,0 +1,242 @@
+"""The one thread that runs the session, fed by a bounded FIFO queue of jobs.
+
+A Session is not thread-safe and both models' KV caches are one resource, so requests are
+served one at a time in arrival order (what a single llama-server slot does). HTTP handlers
+run on the event loop; they submit a Job and read its items from an asyncio queue that the
+worker feeds through `loop.call_soon_threadsafe`. A full queue is refused at once (429), a
+cancelled job (client gone) is skipped if it has not started and stopped within one
+decoding iteration if it has (`Session.stop`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import math
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from localspec.errors import LocalspecError
+from localspec.events import Accepted, Done, Written
+from localspec.server.schema import GenRequest
+from localspec.server.thinking import splits, start
+from localspec.session import Session
+
+log = logging.getLogger("localspec.server")
+
+_ids = itertools.count(1)
+
+
+class QueueFull(Exception):
+    """The bounded queue has no room: answer 429 with Retry-After."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__("queue full")
+        self.retry_after = retry_after
+
+
+class ShuttingDown(Exception):
+    """The server is stopping and takes no new work (503)."""
+
+
+@dataclass
+class Job:
+    """One request on its way through the worker.
+
+    Items put on `items` (in order): ("start",) once the prompt is evaluated, then
+    ("text", text, kind, n_tokens) pieces, then ("done", Done); or a single
+    ("error", exception) when generation could not start or failed.
+    """
+
+    req: GenRequest
+    loop: asyncio.AbstractEventLoop
+    items: asyncio.Queue = field(default_factory=asyncio.Queue)
+    id: int = field(default_factory=lambda: next(_ids))
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    enqueued: float = field(default_factory=time.perf_counter)
+    started: float | None = None
+    finished: bool = False
+
+    @property
+    def queue_seconds(self) -> float:
+        return (self.started or time.perf_counter()) - self.enqueued
+
+    def send(self, item: tuple) -> None:
+        """Hand an item to the request's handler (called from the worker thread)."""
+        try:
+            self.loop.call_soon_threadsafe(self.items.put_nowait, item)
+        except RuntimeError:  # the event loop is gone (server stopped): nobody is listening
+            self.cancelled.set()
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the worker did with a job (kept for /health and tests)."""
+
+    job_id: int
+    reason: str  # a Done reason, "skipped" (cancelled before it started) or "error"
+    n_tokens: int
+    cancelled: bool
+
+
+class Worker:
+    """Owns the session; runs one job at a time on its own thread."""
+
+    def __init__(self, session: Session, max_queue: int = 16) -> None:
+        self.session = session
+        self.max_queue = max_queue
+        self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max(1, max_queue))
+        self._lock = threading.Lock()
+        self._current: Job | None = None
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self._avg_seconds = 2.0  # running mean of service time, for Retry-After
+        self.served: deque[Served] = deque(maxlen=256)
+
+    # ------------------------------------------------------------------ event-loop side
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="localspec-worker", daemon=True)
+            self._thread.start()
+
+    def submit(self, job: Job) -> None:
+        """Queue a job, or raise QueueFull / ShuttingDown at once."""
+        if self._closing:
+            raise ShuttingDown()
+        try:
+            self._jobs.put_nowait(job)
+        except queue.Full:
+            raise QueueFull(self.retry_after()) from None
+
+    def cancel(self, job: Job) -> None:
+        """The client went away: skip the job, or stop it within one iteration (thread-safe)."""
+        job.cancelled.set()
+        with self._lock:
+            if self._current is job:
+                self.session.stop()
+
+    def retry_after(self) -> int:
+        """Seconds until a queue slot is likely free (whole seconds, as the header wants)."""
+        return max(1, min(120, math.ceil(self._avg_seconds * (self._jobs.qsize() / max(1, self.max_queue) + 1))))
+
+    @property
+    def queued(self) -> int:
+        return self._jobs.qsize()
+
+    @property
+    def busy(self) -> bool:
+        return self._current is not None
+
+    @property
+    def alive(self) -> bool:
+        """Whether the worker thread still runs (then the session must not be closed under it)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def drain(self, timeout: float) -> None:
+        """Refuse new jobs; give queued and running ones `timeout` seconds, then stop them.
+
+        A stopped generation still ends with its Done event, so a stream that is cut off
+        gets its last chunk and `[DONE]` instead of a dropped connection.
+        """
+        self._closing = True
+        deadline = time.monotonic() + timeout
+        while (self.busy or self.queued) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._abort()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Refuse new jobs, drop queued ones, stop the running one, and end the thread."""
+        self._abort()
+        if self._thread is not None:
+            try:
+                self._jobs.put(None, timeout=timeout)
+            except queue.Full:  # pragma: no cover - emptied by _abort
+                pass
+            self._thread.join(timeout)
+
+    def _abort(self) -> None:
+        self._closing = True
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job.send(("error", ShuttingDown()))
+        with self._lock:
+            if self._current is not None:
+                self.session.stop()
+
+    # ------------------------------------------------------------------ worker thread
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            if job.cancelled.is_set():
+                self.served.append(Served(job.id, "skipped", 0, True))
+                job.send(("error", ShuttingDown()) if self._closing else ("cancelled",))
+                continue
+            with self._lock:
+                self._current = job
+            t0 = time.perf_counter()
+            job.started = t0
+            try:
+                self._serve(job)
+            finally:
+                with self._lock:
+                    self._current = None
+                job.finished = True
+                self._avg_seconds = 0.8 * self._avg_seconds + 0.2 * (time.perf_counter() - t0)
+
+    def _serve(self, job: Job) -> None:
+        req = job.req
+        try:
+            events = start(self.session, req)  # chat on a thinking model: split + budget
+        except LocalspecError as e:
+            self.served.append(Served(job.id, "error", 0, job.cancelled.is_set()))
+            job.send(("error", e))
+            return
+        except Exception as e:  # an engine failure: report it, keep serving
+            log.exception("generation failed to start")
+            self.served.append(Served(job.id, "error", 0, job.cancelled.is_set()))
+            job.send(("error", e))
+            return
+        job.send(("start",))
+        done: Done | None = None
+        split = req.kind == "chat" and splits(self.session, req.reasoning_format)
+        try:
+            for ev in events:
+                if job.cancelled.is_set():
+                    self.session.stop()  # also covers a cancel that raced generate()'s start
+                if split:  # (segment, text) pieces of a thinking model: reasoning_content apart
+                    for p in events.take():
+                        job.send(("text", p.text, p.kind, p.tokens, p.segment))
+                    if isinstance(ev, Done):
+                        done = ev
+                elif isinstance(ev, Accepted):
+                    if ev.tokens:
+                        job.send(("text", ev.text, "draft", len(ev.tokens)))
+                elif isinstance(ev, Written):
+                    job.send(("text", ev.text, ev.kind, len(ev.tokens)))
+                elif isinstance(ev, Done):
+                    done = ev
+        except Exception as e:
+            log.exception("generation failed")
+            self.served.append(Served(job.id, "error", 0, job.cancelled.is_set()))
+            job.send(("error", e))
+            return
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+        if done is None:  # pragma: no cover - every loop ends with Done
+            job.send(("error", RuntimeError("generation ended without a Done event")))
+            return
+        self.served.append(Served(job.id, done.reason, done.stats.n_tokens, job.cancelled.is_set()))
+        sp = getattr(events, "splitter", None)
+        job.send(("done", done, (sp.reasoning, sp.answer) if split and sp is not None else None))
