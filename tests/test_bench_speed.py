@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from localspec.bench.speed import Result, multi_vs_single, parse_grid
+from localspec.bench.runner import Run
+from localspec.bench.speed import multi_vs_single, parse_grid
 
 
 def test_grid_makes_single_draft_methods_k1_and_dedupes() -> None:
@@ -13,8 +14,8 @@ def test_grid_makes_single_draft_methods_k1_and_dedupes() -> None:
                       "mdbv K=4 L=8"]
 
 
-def _run(label: str, prompt: str, tokens: int, iters: int, seconds: float) -> Result:
-    return Result(label, prompt, tokens / seconds, tokens / iters, iterations=iters, n_tokens=tokens)
+def _run(label: str, prompt: str, tokens: int, iters: int, seconds: float) -> Run:
+    return Run("", prompt, "", 1, 0, 0.0, tokens / seconds, tokens, iters, iterations=iters, label=label)
 
 
 def test_multi_vs_single_splits_speed_into_block_efficiency_and_cost() -> None:

@@ -11,7 +11,8 @@ import pytest
 
 from localspec.bench import peer, plots
 from localspec.bench import tables as tb
-from localspec.bench.tables import PEER, Plan, Run, spec
+from localspec.bench.runner import PEER, Run, Spec, spec
+from localspec.bench.tables import Plan
 
 
 def _args(**kw) -> argparse.Namespace:
@@ -51,7 +52,7 @@ def test_plan_groups_by_temperature_and_dedupes() -> None:
     assert plan.specs_for("math", 1) == [spec("ar", T=0.4), *plan.main]
     assert plan.specs_for("code", 0) == [spec("ar", T=0.4), *plan.main]
     assert [s.method for s in plan.main] == list(tb.METHODS)
-    assert plan.peer == tb.Spec(PEER, 1, 16, 0.4)
+    assert plan.peer == Spec(PEER, 1, 16, 0.4)
 
 
 def test_apply_quick_shrinks_everything() -> None:

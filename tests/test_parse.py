@@ -86,7 +86,7 @@ def _turn(sess, cfg: GenConfig, prompt_text: str = QUESTION):
     from localspec.decode.emitter import Emitter
     from localspec.decode.turn import Turn
     from localspec.events import Stats
-    from localspec.session import StopFlag
+    from localspec.stopflag import StopFlag
 
     toks = sess._prompt_tokens(sess.template.render([{"role": "user", "content": prompt_text}]))
     sess.target.sync(toks)
@@ -196,7 +196,7 @@ def test_resume_spec_is_parse_composed_with_lossless_decoding(smollm2_path: Path
     sess.close()
     # the target's own greedy answer -- up to llama.cpp's batch-size numerics: the judge pass
     # scores the answer in one big batch, AR one token at a time, so an argmax may flip where
-    # two logits nearly tie (DESIGN.md); any divergence must be such a near-tie
+    # two logits nearly tie (docs/design.md#numerics); any divergence must be such a near-tie
     from tests.test_speculative import first_divergence_gap
 
     ref = session(smollm2_path, threads=1)

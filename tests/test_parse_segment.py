@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from localspec.bench import humaneval as he
-from localspec.bench.parse import auroc, judge_auroc_table, plot_tradeoff, summary_rows
+from localspec.bench.parse.scores import auroc
+from localspec.bench.parse.summary import judge_auroc_table, plot_tradeoff, summary_rows
 from localspec.decode.judges import VerdictTokens, prefix_evidence, segment_stat
 from localspec.decode.segment import (
     BLANK_LINE,
@@ -167,7 +168,7 @@ def test_humaneval_grading_in_subprocess() -> None:
 def test_perfect_judge_bound_from_measured_times() -> None:
     """The bound keeps drafts that pass (or whose target answer fails too), rewrites the
     rest at the given speed, and trades accuracy for time only within the slack."""
-    from localspec.bench.parse import perfect_judge_bound
+    from localspec.bench.parse.summary import perfect_judge_bound
 
     def rec(i: int, m: str, ok: bool, secs: float, judge: float | None = None) -> dict:
         r = {"index": i, "method": m, "pass": ok, "seconds": secs}

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from localspec.bench import peer
+from localspec.bench import llama_bench, peer
+from localspec.bench.llama_bench import parse_llama_bench_json
 from localspec.bench.peer import (
     PeerNotBuiltError,
     PeerRunError,
     build_speculative_cmd,
     extract_generated_text,
-    parse_llama_bench_json,
     parse_speculative_output,
     to_peer_prompt,
 )
@@ -168,7 +168,7 @@ def test_missing_binaries_give_none_and_an_error_naming_the_script(
     with pytest.raises(PeerNotBuiltError, match="build_llama_cpp_peer.sh"):
         peer.run_speculative_simple(model, model, "hi", 8, 2, 4, 0, 0.0)
     with pytest.raises(PeerNotBuiltError, match="build_llama_cpp_peer.sh"):
-        peer.run_llama_bench(model, 2)
+        llama_bench.run_llama_bench(model, 2)
 
 
 def test_peer_dir_follows_localspec_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -210,6 +210,6 @@ def test_real_speculative_simple_on_smollm2(smollm2_path: Path) -> None:
 
 @needs_peer
 def test_real_llama_bench_on_smollm2(smollm2_path: Path) -> None:
-    rows = peer.run_llama_bench(smollm2_path, 2, n_prompt=(8,), n_gen=(8,), repetitions=1)
+    rows = llama_bench.run_llama_bench(smollm2_path, 2, n_prompt=(8,), n_gen=(8,), repetitions=1)
     assert [r.test for r in rows] == ["pp8", "tg8"]
     assert all(r.avg_ts > 0 and r.n_threads == 2 for r in rows)

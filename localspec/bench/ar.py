@@ -10,14 +10,15 @@ import argparse
 import sys
 
 from localspec.bench.common import load_prompts, machine_info, median, write_json
+from localspec.bench.runner import drain, session_prompt
 from localspec.config import GenConfig
-from localspec.events import Done
 
 
 def main(a: argparse.Namespace) -> int:
-    from localspec.bench import peer
+    from localspec.bench import llama_bench, peer
     from localspec.models import resolve_model
-    from localspec.session import SessionOptions, open_session
+    from localspec.runtime import open_session
+    from localspec.session import SessionOptions
 
     prompts = load_prompts(None, ["code"], a.limit)
     rows = []
@@ -26,18 +27,14 @@ def main(a: argparse.Namespace) -> int:
         sess = open_session(name, None, SessionOptions(threads=a.threads))
         rates, overhead = [], []
         for p in prompts:
-            done = None
-            for ev in sess.complete(p["prompt"], GenConfig(method="ar", n_predict=a.n_predict)):
-                if isinstance(ev, Done):
-                    done = ev
-            assert done is not None
+            done = drain(sess.generate(session_prompt(p), GenConfig(method="ar", n_predict=a.n_predict)))
             rates.append(done.stats.tok_per_s)
             overhead.append(1e3 * done.stats.overhead_seconds / max(done.stats.iterations, 1))
         sess.close()
         ours = median(rates)
         ref = None
         if peer.peer_binaries() is not None:
-            tg = [r for r in peer.run_llama_bench(path, a.threads, n_prompt=(), n_gen=(a.n_predict,), repetitions=3) if r.n_gen]
+            tg = [r for r in llama_bench.run_llama_bench(path, a.threads, n_prompt=(), n_gen=(a.n_predict,), repetitions=3) if r.n_gen]
             ref = tg[0].avg_ts if tg else None
         rows.append({
             "model": name, "localspec_tok_per_s": ours, "llama_bench_tg_tok_per_s": ref,

@@ -1,4 +1,8 @@
-"""`localspec bench …` subcommands (speed, verify, parse)."""
+"""`localspec bench …` subcommands that use the shared argparse tree (speed, ar, tables).
+
+`bench parse` and `bench verify` parse their own arguments (sub-commands and --help of
+their own): localspec/cli.py hands them argv before this parser runs (its PASSTHROUGH).
+"""
 
 from __future__ import annotations
 
@@ -6,32 +10,22 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    b = sub.add_parser("bench", help="benchmarks: speed (methods vs AR vs llama.cpp), verify, parse")
+    b = sub.add_parser("bench", help="benchmarks: speed, ar, tables; parse and verify (own --help)",
+                       epilog="also `localspec bench parse --help` (PARSE accuracy and speed on HumanEval) and "
+                              "`localspec bench verify --help` (verifier micro-benchmark)")
     bsub = b.add_subparsers(dest="bench_command", metavar="BENCH")
 
-    from localspec.bench import speed
+    from localspec.bench import ar, speed, tables
 
     s = bsub.add_parser("speed", help="tok/s of AR, each method and llama.cpp's speculative loop, interleaved",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     speed.add_args(s)
     s.set_defaults(func=speed.main)
 
-    from localspec.bench import ar
-
     r = bsub.add_parser("ar", help="AR tok/s through localspec vs llama.cpp's llama-bench (Python cost per token)",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ar.add_args(r)
     r.set_defaults(func=ar.main)
-
-    v = bsub.add_parser("verify", add_help=False, help="micro-benchmark of the verifiers (ms per call, K=4 L=8 V=151,936)")
-    v.add_argument("args", nargs=argparse.REMAINDER)
-    v.set_defaults(func=lambda a: __import__("localspec.bench.verify_speed", fromlist=["main"]).main(a.args))
-
-    p = bsub.add_parser("parse", add_help=False, help="PARSE accuracy (HumanEval) and speed vs AR")
-    p.add_argument("args", nargs=argparse.REMAINDER)
-    p.set_defaults(func=lambda a: __import__("localspec.bench.parse", fromlist=["main"]).main(a.args))
-
-    from localspec.bench import tables
 
     t = bsub.add_parser("tables", help="the papers' tables: datasets x methods (BE, speedup), K/L/T ablations, plots",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)

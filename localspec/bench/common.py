@@ -1,4 +1,4 @@
-"""Shared bench helpers: prompt sets, machine info, medians, result files."""
+"""Shared bench helpers: prompts, machine info, medians, result files."""
 
 from __future__ import annotations
 
@@ -9,20 +9,36 @@ import shlex
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from importlib import metadata, resources
 from pathlib import Path
 
 
-def load_prompts(path: str | None, kinds: list[str] | None = None, limit: int | None = None) -> list[dict]:
-    """Prompts from a JSONL file (default: the shipped code/chat/math set)."""
+@dataclass
+class Prompt:
+    """One bench prompt: a user turn (chat-templated by the session) or raw text."""
+
+    dataset: str
+    id: str
+    text: str
+    chat: bool = True  # False: raw completion (the plain-text dataset)
+
+
+def read_jsonl(name: str) -> list[dict]:
+    """Rows of a prompt file shipped in localspec/bench/prompts/."""
+    raw = resources.files("localspec.bench").joinpath(f"prompts/{name}.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in raw.splitlines() if line.strip()]
+
+
+def load_prompts(path: str | None, kinds: list[str] | None = None, limit: int | None = None) -> list[Prompt]:
+    """Chat prompts from a JSONL file of {id, kind, prompt} (default: the shipped speed set)."""
     if path:
-        text = Path(path).read_text(encoding="utf-8")
+        rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
     else:
-        text = resources.files("localspec.bench").joinpath("prompts/speed.jsonl").read_text(encoding="utf-8")
-    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        rows = read_jsonl("speed")
     if kinds:
         rows = [r for r in rows if r.get("kind") in kinds]
-    return rows[:limit] if limit else rows
+    return [Prompt(r.get("kind", ""), r["id"], r["prompt"]) for r in (rows[:limit] if limit else rows)]
 
 
 def machine_info(threads: int | None) -> dict:

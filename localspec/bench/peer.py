@@ -8,19 +8,19 @@ builds their command lines and parses what they print; it never imports llama_cp
 backend does), so it also works where the binaries came from elsewhere.
 
 The peer is optional: when it is not built, callers get `None` from `peer_binaries()` or a
-`PeerNotBuiltError` that names the build script.
+`PeerNotBuiltError` that names the build script. llama-bench (AR speed, batch costs) is in
+llama_bench.py.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
 import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -98,7 +98,7 @@ def require_peer_binaries(version: str | None = None) -> dict[str, Path]:
 
 def peer_version(binary: Path) -> str:
     """llama.cpp version line (e.g. '0.5.0-dev (build 1, commit 0c1e570)') for result files."""
-    out = _run([str(binary), "--version"], timeout=30.0)
+    out = run_tool([str(binary), "--version"], timeout=30.0)
     m = re.search(r"version:\s*(.+)", out.stdout + out.stderr)
     return m.group(1).strip() if m else "unknown"
 
@@ -259,23 +259,12 @@ def build_speculative_cmd(
 
 
 def run_speculative_simple(
-    target: Path,
-    draft: Path,
-    prompt: str,
-    n_predict: int,
-    threads: int,
-    draft_max: int,
-    draft_min: int,
-    p_min: float,
-    temp: float = 0.0,
-    seed: int = 42,
-    *,
-    ctx_size: int = 4096,
-    timeout: float = 900.0,
-    extra_args: Sequence[str] = (),
+    target: Path, draft: Path, prompt: str, n_predict: int, threads: int, draft_max: int, draft_min: int,
+    p_min: float, temp: float = 0.0, seed: int = 42, *, timeout: float = 900.0, **options: Any,
 ) -> PeerResult:
     """Run llama.cpp's speculative loop once on an already chat-templated prompt.
 
+    `options` go to build_speculative_cmd (ctx_size, top_k, top_p, min_p, extra_args).
     `prompt` is raw text (pass it through to_peer_prompt()); the tool does not apply a chat
     template itself. Raises PeerNotBuiltError / PeerRunError with messages naming the fix.
     """
@@ -284,12 +273,11 @@ def run_speculative_simple(
             raise PeerRunError(f"model file not found: {p}")
     binary = require_peer_binaries()[SPEC_BIN]
     cmd = build_speculative_cmd(
-        binary, target, draft, prompt, n_predict=n_predict, threads=threads,
-        draft_max=draft_max, draft_min=draft_min, p_min=p_min, temp=temp, seed=seed,
-        ctx_size=ctx_size, extra_args=extra_args,
+        binary, target, draft, prompt, n_predict=n_predict, threads=threads, draft_max=draft_max,
+        draft_min=draft_min, p_min=p_min, temp=temp, seed=seed, **options,
     )  # fmt: skip
     t0 = time.perf_counter()
-    out = _run(cmd, timeout=timeout)
+    out = run_tool(cmd, timeout=timeout)
     wall = time.perf_counter() - t0
     both = out.stdout + "\n" + out.stderr
     if out.returncode != 0:
@@ -313,105 +301,10 @@ def run_speculative_simple(
     )
 
 
-# --------------------------------------------------------------------------- llama-bench
-
-
-@dataclass
-class BenchRow:
-    """One llama-bench test: 'pp64' = one batch of 64 prompt tokens, 'tg128' = 128 decode
-    steps of one token. pp rows give the verify cost of a batch, tg rows the AR speed."""
-
-    test: str
-    n_prompt: int
-    n_gen: int
-    n_batch: int
-    n_ubatch: int
-    n_threads: int
-    avg_ts: float
-    stddev_ts: float
-    samples_ts: list[float] = field(default_factory=list)
-    raw: dict[str, Any] = field(default_factory=dict)
-
-
-def parse_llama_bench_json(text: str) -> list[BenchRow]:
-    """Rows from `llama-bench -o json` (a JSON array, one object per test)."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise PeerRunError(
-            f"{BENCH_BIN} did not print JSON ({e}); got:\n{text[-TAIL_CHARS:]}"
-        ) from None
-    if not isinstance(data, list):
-        raise PeerRunError(f"{BENCH_BIN} JSON is not a list of tests: {text[:200]}")
-    rows = []
-    for d in data:
-        n_prompt, n_gen = int(d.get("n_prompt", 0)), int(d.get("n_gen", 0))
-        if n_prompt and n_gen:
-            test = f"pp{n_prompt}+tg{n_gen}"
-        else:
-            test = f"pp{n_prompt}" if n_prompt else f"tg{n_gen}"
-        rows.append(
-            BenchRow(
-                test=test,
-                n_prompt=n_prompt,
-                n_gen=n_gen,
-                n_batch=int(d.get("n_batch", 0)),
-                n_ubatch=int(d.get("n_ubatch", 0)),
-                n_threads=int(d.get("n_threads", 0)),
-                avg_ts=float(d["avg_ts"]),
-                stddev_ts=float(d.get("stddev_ts", 0.0)),
-                samples_ts=[float(x) for x in d.get("samples_ts", [])],
-                raw=d,
-            )
-        )
-    return rows
-
-
-def run_llama_bench(
-    model: Path,
-    threads: int,
-    n_prompt: Sequence[int] = (8, 16, 64),
-    n_gen: Sequence[int] = (128,),
-    batch_sizes: Sequence[int] = (),
-    ubatch_sizes: Sequence[int] = (),
-    repetitions: int = 5,
-    *,
-    timeout: float = 1800.0,
-    extra_args: Sequence[str] = (),
-) -> list[BenchRow]:
-    """AR decode speed (tg) and batch cost (pp) of one model, as llama.cpp measures them.
-
-    Empty n_prompt / n_gen skips that kind of test (passed as 0: llama-bench's defaults of
-    512 / 128 would otherwise run). batch_sizes / ubatch_sizes map to -b / -ub; empty keeps
-    llama-bench's defaults (2048 / 512), under which a pp test is one batch of n_prompt.
-    """
-    if not Path(model).is_file():
-        raise PeerRunError(f"model file not found: {model}")
-    binary = require_peer_binaries()[BENCH_BIN]
-
-    def csv(xs: Sequence[int]) -> str:
-        return ",".join(str(int(x)) for x in xs) or "0"
-
-    cmd = [str(binary), "-m", str(model), "-t", str(threads), "-p", csv(n_prompt),
-           "-n", csv(n_gen), "-r", str(repetitions), "-o", "json"]  # fmt: skip
-    if batch_sizes:
-        cmd += ["-b", csv(batch_sizes)]
-    if ubatch_sizes:
-        cmd += ["-ub", csv(ubatch_sizes)]
-    cmd += list(extra_args)
-    out = _run(cmd, timeout=timeout)
-    if out.returncode != 0:
-        raise PeerRunError(
-            f"{BENCH_BIN} exited with code {out.returncode} ({shlex.join(cmd)}); "
-            f"tail:\n{(out.stdout + out.stderr)[-TAIL_CHARS:]}"
-        )
-    return parse_llama_bench_json(out.stdout)
-
-
 # --------------------------------------------------------------------------- helpers
 
 
-def _run(cmd: list[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
+def run_tool(cmd: list[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
     """subprocess.run with errors turned into messages (bytes decoded leniently: a model
     may emit invalid UTF-8 mid-character)."""
     try:

@@ -10,116 +10,43 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import replace
 
 from localspec.bench.common import load_prompts, machine_info, median, write_json
-from localspec.config import GenConfig, SamplingConfig
-from localspec.events import Done
+from localspec.bench.runner import PEER, Job, Run, Runner, Spec, peer_paths, spec
 
 
-@dataclass
-class Config:
-    """One column of the table."""
-
-    label: str
-    method: str
-    K: int = 1
-    L: int = 8
-    free: bool = True  # auto: may choose K and L (else K fixed, L a cap for the dynamic length)
-
-    def gen(self, a: argparse.Namespace, seed: int) -> GenConfig:
-        return GenConfig(
-            method=self.method,
-            K=self.K,
-            L=self.L,
-            n_predict=a.n_predict,
-            seed=seed,
-            draft_temp=a.draft_temp,
-            sampling=SamplingConfig(temp=a.temp),
-            auto_K=self.method == "auto" and a.auto_free and self.free,
-            auto_L=self.method == "auto" and a.auto_free and self.free,
-        )
-
-
-@dataclass
-class Result:
-    label: str
-    prompt: str
-    tok_per_s: float
-    block_efficiency: float = 1.0
-    mean_accepted: float = 0.0
-    draft_s: float = 0.0
-    verify_s: float = 0.0
-    overhead_s: float = 0.0
-    iterations: int = 0
-    n_tokens: int = 0
-    text: str = ""
-    extra: dict = field(default_factory=dict)
-
-
-def parse_grid(methods: list[str], grid: list[str]) -> list[Config]:
-    """Methods x "K:L" grid -> columns (AR first; K is 1 for single-draft methods).
+def parse_grid(methods: list[str], grid: list[str], T: float = 0.0) -> list[Spec]:
+    """Methods x "K:L" grid -> columns at temperature T (AR first; K is 1 for single-draft
+    methods; `auto` alone chooses K and L itself).
 
     "dyn" is `auto` held to the grid's K with L as the cap of its dynamic length (the cost
     model still picks the verifier, stops each draft where one more token stops paying, and
     may fall back to AR): how K drafts with a dynamic length compare with fixed blocks.
     """
-    out = [Config("ar", "ar")]
+    out = [spec("ar", T=T)]
     for m in methods:
         if m == "ar":
             continue
         if m == "auto":
-            out.append(Config("auto", "auto"))
+            out.append(Spec("auto", 1, 8, T, free=True))
             continue
         for g in grid:
             K, L = (int(v) for v in g.split(":"))
-            if m == "dyn":
-                label = f"auto K={K} L<={L}"
-                if label not in [c.label for c in out]:
-                    out.append(Config(label, "auto", K, L, free=False))
-                continue
-            if m in ("sd", "gbv"):
-                K = 1
-            label = f"{m} K={K} L={L}"
-            if label not in [c.label for c in out]:
-                out.append(Config(label, m, K, L))
+            s = Spec("auto", K, L, T) if m == "dyn" else spec(m, K, L, T)
+            if s.label not in [c.label for c in out]:
+                out.append(s)
     return out
 
 
-def run_one(sess, prompt: str, cfg: Config, a: argparse.Namespace, seed: int) -> Result:
-    done: Done | None = None
-    for ev in sess.complete(prompt, cfg.gen(a, seed)):
-        if isinstance(ev, Done):
-            done = ev
-    assert done is not None
-    st = done.stats
-    return Result(
-        cfg.label, prompt, st.tok_per_s, st.block_efficiency,
-        (sum(st.accepted_lengths) / len(st.accepted_lengths)) if st.accepted_lengths else 0.0,
-        st.draft_seconds, st.verify_seconds, st.overhead_seconds, st.iterations, st.n_tokens, done.text,
-        {"choice": st.choice_note, "method": st.method},
-    )  # fmt: skip
+def _num(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}"
 
 
-def run_peer(sess, prompt: str, a: argparse.Namespace, target_path, draft_path) -> Result | None:
-    from localspec.bench import peer
-
-    if peer.peer_binaries() is None:
-        return None
-    text = sess.template.render([{"role": "user", "content": prompt}])
-    tm = sess.target_model
-    r = peer.run_speculative_simple(
-        target_path, draft_path, peer.to_peer_prompt(text, add_bos=tm.add_bos, bos_text=sess.template.bos_text),
-        n_predict=a.n_predict, threads=a.threads or 2, draft_max=a.peer_draft_max, draft_min=0,
-        p_min=a.peer_p_min, temp=a.temp, seed=0,
-    )  # fmt: skip
-    acc = r.acceptance
-    return Result("llama.cpp spec", prompt, r.tok_per_s, extra={"acceptance": acc, "command": r.command})
-
-
-def table(results: list[Result], labels: list[str], prompts: list[str]) -> tuple[str, dict]:
-    """Markdown table: medians over prompts, speedups as medians of per-prompt ratios."""
-    by = {(r.label, r.prompt): r for r in results}
+def table(results: list[Run], labels: list[str], prompts: list[str], peer_label: str = "") -> tuple[str, dict]:
+    """Markdown table: medians over prompts, speedups as medians of per-prompt ratios
+    (`peer_label`: the llama.cpp column the "vs llama.cpp spec" ratios are taken to)."""
+    by = {(r.label, r.prompt_id): r for r in results}
     rows = [
         "| config | tok/s (median) | speedup vs AR | vs llama.cpp spec | block eff. | mean τ | draft / verify / overhead s | overhead ms/iter |",
         "|---|---|---|---|---|---|---|---|",
@@ -129,15 +56,16 @@ def table(results: list[Result], labels: list[str], prompts: list[str]) -> tuple
         rs = [by[(lab, p)] for p in prompts if (lab, p) in by]
         if not rs:
             continue
-        sp = [r.tok_per_s / by[("ar", r.prompt)].tok_per_s for r in rs if ("ar", r.prompt) in by]
-        vp = [r.tok_per_s / by[("llama.cpp spec", r.prompt)].tok_per_s for r in rs if ("llama.cpp spec", r.prompt) in by]
+        sp = [r.tok_per_s / by[("ar", r.prompt_id)].tok_per_s for r in rs if ("ar", r.prompt_id) in by]
+        vp = [r.tok_per_s / by[(peer_label, r.prompt_id)].tok_per_s for r in rs if (peer_label, r.prompt_id) in by]
+        be = [r.block_efficiency for r in rs if r.block_efficiency is not None]
         its = sum(r.iterations for r in rs)
         s = {
             "tok_per_s": median([r.tok_per_s for r in rs]),
             "speedup_vs_ar": median(sp),
             "vs_peer": median(vp) if vp else None,
-            "block_efficiency": median([r.block_efficiency for r in rs]),
-            "mean_tau": median([r.mean_accepted for r in rs]),
+            "block_efficiency": median(be) if be else None,  # None: not reported (the peer)
+            "mean_tau": median([r.mean_accepted for r in rs]) if its else None,
             "draft_s": sum(r.draft_s for r in rs),
             "verify_s": sum(r.verify_s for r in rs),
             "overhead_s": sum(r.overhead_s for r in rs),
@@ -146,15 +74,14 @@ def table(results: list[Result], labels: list[str], prompts: list[str]) -> tuple
         summary[lab] = s
         peer_col = "" if s["vs_peer"] is None else f"{s['vs_peer']:.2f}x"
         rows.append(
-            f"| {lab} | {s['tok_per_s']:.1f} | {s['speedup_vs_ar']:.2f}x | "
-            f"{peer_col} | {s['block_efficiency']:.2f} | "
-            f"{s['mean_tau']:.2f} | {s['draft_s']:.1f} / {s['verify_s']:.1f} / {s['overhead_s']:.2f} | "
-            f"{s['overhead_ms_per_iter']:.2f} |"
+            f"| {lab} | {s['tok_per_s']:.1f} | {s['speedup_vs_ar']:.2f}x | {peer_col} | "
+            f"{_num(s['block_efficiency'])} | {_num(s['mean_tau'])} | "
+            f"{s['draft_s']:.1f} / {s['verify_s']:.1f} / {s['overhead_s']:.2f} | {s['overhead_ms_per_iter']:.2f} |"
         )
     return "\n".join(rows), summary
 
 
-def multi_vs_single(results: list[Result], configs: list[Config]) -> tuple[str, dict]:
+def multi_vs_single(results: list[Run], configs: list[Spec]) -> tuple[str, dict]:
     """Each K >= 2 column against `sd` with the same L (a `dyn` column against `dyn` K=1 with
     the same cap), pooled over prompts.
 
@@ -180,7 +107,7 @@ def multi_vs_single(results: list[Result], configs: list[Config]) -> tuple[str, 
     for c in configs:
         if c.K < 2 or c.method == "ar" or (c.method == "auto" and c.free):
             continue
-        base = f"auto K=1 L<={c.L}" if c.method == "auto" else f"sd K=1 L={c.L}"
+        base = Spec("auto", 1, c.L).label if c.method == "auto" else spec("sd", 1, c.L).label
         m, b = pooled(c.label), pooled(base)
         if m is None or b is None:
             continue
@@ -190,11 +117,19 @@ def multi_vs_single(results: list[Result], configs: list[Config]) -> tuple[str, 
     return ("\n".join(rows) if out else ""), out
 
 
-def main(a: argparse.Namespace) -> int:
-    from tqdm import tqdm
+def greedy_identical(results: list[Run]) -> dict[str, bool]:
+    """{prompt id: every localspec column wrote the same text} (the last repeat's texts)."""
+    texts: dict[str, dict[str, str]] = {}
+    for r in results:
+        if r.method != PEER:
+            texts.setdefault(r.prompt_id.rpartition("#")[0], {})[r.label] = r.text
+    return {pid: len(set(v.values())) == 1 for pid, v in texts.items()}
 
-    from localspec.models import default_pair, resolve_model
-    from localspec.session import SessionOptions, open_session
+
+def main(a: argparse.Namespace) -> int:
+    from localspec.models import default_pair
+    from localspec.runtime import open_session
+    from localspec.session import SessionOptions
 
     target, draft = a.target, a.draft
     if target is None:
@@ -203,44 +138,24 @@ def main(a: argparse.Namespace) -> int:
     prompts = load_prompts(a.prompts, a.kinds, 3 if a.quick and not a.limit else a.limit)
     if a.quick:
         a.n_predict = min(a.n_predict, 64)
-    configs = parse_grid(a.methods, a.grid)
+    configs = parse_grid(a.methods, a.grid, a.temp)
+    peer_spec = Spec(PEER, 1, a.peer_draft_max, a.temp)
+    models = peer_paths(a.peer, target, draft)
     sess = open_session(target, draft, SessionOptions(n_ctx=a.ctx, threads=a.threads))
-    tpath, dpath = resolve_model(target), resolve_model(draft)
-    results: list[Result] = []
-    peer_on = a.peer
-    labels = [c.label for c in configs] + (["llama.cpp spec"] if peer_on else [])
-    total = len(prompts) * a.repeats * len(labels)
-    bar = tqdm(total=total, desc="bench speed", unit="run", file=sys.stderr)
-    texts: dict = {}
-    for rep in range(a.repeats):
-        for pi, p in enumerate(prompts):
-            for c in configs:
-                bar.set_postfix_str(f"{p['id']} {c.label}")
-                r = run_one(sess, p["prompt"], c, a, seed=1000 * rep + pi)
-                r.prompt = f"{p['id']}#{rep}"
-                results.append(r)
-                texts.setdefault(p["id"], {})[c.label] = r.text
-                bar.update(1)
-            if peer_on:
-                bar.set_postfix_str(f"{p['id']} llama.cpp")
-                r = run_peer(sess, p["prompt"], a, tpath, dpath)
-                if r is None:
-                    peer_on = False
-                    labels.remove("llama.cpp spec")
-                    print("llama.cpp peer not built: run scripts/build_llama_cpp_peer.sh", file=sys.stderr)
-                else:
-                    r.prompt = f"{p['id']}#{rep}"
-                    results.append(r)
-                bar.update(1)
-    bar.close()
-    keys = [f"{p['id']}#{rep}" for rep in range(a.repeats) for p in prompts]
-    md, summary = table(results, labels, keys)
-    greedy_same = None
-    if a.temp == 0:
-        greedy_same = {pid: len(set(v.values())) == 1 for pid, v in texts.items()}
+    jobs = [
+        Job(replace(p, id=f"{p.id}#{rep}"), configs, 1000 * rep + pi, peer_spec)
+        for rep in range(a.repeats) for pi, p in enumerate(prompts)
+    ]  # fmt: skip
+    try:
+        results, interrupted = Runner(sess, a, models).run_all(jobs, "bench speed")
+    finally:
+        sess.close()
+    labels = [c.label for c in configs] + ([peer_spec.label] if any(r.method == PEER for r in results) else [])
+    md, summary = table(results, labels, [j.prompt.id for j in jobs], peer_spec.label)
+    greedy_same = greedy_identical(results) if a.temp == 0 else None
     head = (
         f"target {target} <- draft {draft}; {len(prompts)} prompts x {a.repeats}; n={a.n_predict}; "
-        f"T={a.temp}; threads={a.threads or 'auto'}"
+        f"T={a.temp}; threads={a.threads or 'auto'}" + (" — INTERRUPTED, partial results" if interrupted else "")
     )
     print(head)
     print(md)
@@ -257,17 +172,18 @@ def main(a: argparse.Namespace) -> int:
         "draft": draft,
         "settings": {k: v for k, v in vars(a).items() if k != "func"},
         "summary": summary,
-        "runs": [r.__dict__ for r in results],
+        "runs": [r.to_json() for r in results],
         "greedy_identical": greedy_same,
         "table_markdown": md,
         "multi_vs_single": multi,
+        "interrupted": interrupted,
     }
     if a.out:
         write_json(a.out, payload)
         print(f"wrote {a.out}", file=sys.stderr)
     if a.json:
         print(json.dumps(payload["summary"]))
-    return 0
+    return 130 if interrupted else 0
 
 
 def add_args(p: argparse.ArgumentParser) -> None:

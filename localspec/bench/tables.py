@@ -15,87 +15,18 @@ efficiency is pooled (sum of tokens / sum of target calls), the papers' definiti
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from dataclasses import asdict, dataclass, field
-from importlib import resources
+from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.bench.common import machine_info, median, write_json
-from localspec.config import GenConfig, SamplingConfig
+from localspec.bench.common import Prompt, machine_info, median, read_jsonl, write_json
+from localspec.bench.runner import PEER, Job, Run, Runner, Spec, peer_paths, spec
 from localspec.errors import ConfigError
-from localspec.events import Done
 
 DATASETS = ("code", "math", "chat", "text")
 METHODS = ("sd", "spectr", "gbv", "spectr-gbv", "mdbv")
-SINGLE_DRAFT = ("sd", "gbv")
-PEER = "llama.cpp"
 ABLATIONS = ("K", "L", "T")
 HUMANEVAL_MAX = 100  # problems 100-163 are reserved; humaneval.problems() refuses them too
-
-
-@dataclass(frozen=True)
-class Spec:
-    """One decoding configuration: a Table 1 column or an ablation point.
-
-    Frozen so it can key dicts: two ablations asking for the same configuration on the same
-    prompt share one run instead of measuring it twice.
-    """
-
-    method: str
-    K: int = 1
-    L: int = 0
-    T: float = 0.0
-
-    @property
-    def label(self) -> str:
-        if self.method == "ar":
-            return "ar"
-        if self.method == PEER:
-            return f"{PEER} n_max={self.L}"
-        return f"{self.method} K={self.K} L={self.L}"
-
-
-def spec(method: str, K: int = 1, L: int = 0, T: float = 0.0) -> Spec:
-    """Normalised Spec: single-draft methods always have K = 1 and AR has no K or L, so a
-    K sweep of `sd` collapses to one run per prompt (its reference line)."""
-    if method == "ar":
-        return Spec("ar", 1, 0, float(T))
-    return Spec(method, 1 if method in SINGLE_DRAFT else int(K), int(L), float(T))
-
-
-@dataclass
-class Prompt:
-    dataset: str
-    id: str
-    text: str
-    chat: bool = True  # False: raw completion (the plain-text dataset)
-
-
-@dataclass
-class Run:
-    """One generation; `target_calls` = 0 means unknown (the peer does not report it)."""
-
-    dataset: str
-    prompt_id: str
-    method: str
-    K: int
-    L: int
-    T: float
-    tok_per_s: float
-    n_tokens: int = 0
-    target_calls: int = 0
-    seconds: float = 0.0
-    draft_s: float = 0.0
-    verify_s: float = 0.0
-    overhead_s: float = 0.0
-    reason: str = ""
-    text: str = ""
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def spec(self) -> Spec:
-        return Spec(self.method, self.K, self.L, self.T)
 
 
 # --------------------------------------------------------------------------- datasets
@@ -113,8 +44,7 @@ def load_dataset(name: str, limit: int | None = None) -> list[Prompt]:
         return [Prompt("code", p.task_id, he.INSTRUCTION.format(prompt=p.prompt)) for p in he.problems(list(range(n)))]
     if name not in DATASETS:
         raise ConfigError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
-    raw = resources.files("localspec.bench").joinpath(f"prompts/{name}.jsonl").read_text(encoding="utf-8")
-    rows = [json.loads(line) for line in raw.splitlines() if line.strip()]
+    rows = read_jsonl(name)
     return [Prompt(name, r["id"], r["prompt"], chat=name != "text") for r in rows[:limit]]
 
 
@@ -257,51 +187,15 @@ def greedy_check(runs: list[Run]) -> dict[str, bool]:
 # --------------------------------------------------------------------------- running
 
 
-def run_spec(sess, p: Prompt, s: Spec, a: argparse.Namespace, seed: int) -> Run:
-    """One localspec generation of prompt p under spec s."""
-    cfg = GenConfig(
-        method=s.method, K=s.K, L=max(s.L, 1), n_predict=a.n_predict, seed=seed,
-        draft_temp=a.draft_temp, sampling=SamplingConfig(temp=s.T),
-    )  # fmt: skip
-    done: Done | None = None
-    for ev in sess.complete(p.text, cfg, chat=p.chat):
-        if isinstance(ev, Done):
-            done = ev
-    assert done is not None
-    st = done.stats
-    return Run(
-        p.dataset, p.id, s.method, s.K, s.L, s.T, st.tok_per_s, st.n_tokens, st.target_calls,
-        st.seconds, st.draft_seconds, st.verify_seconds, st.overhead_seconds, done.reason, done.text,
-    )  # fmt: skip
-
-
-def run_peer(sess, p: Prompt, s: Spec, a: argparse.Namespace, paths: tuple[Path, Path], seed: int) -> Run:
-    """llama-speculative-simple on the same prompt tokens (chat-templated, or raw text)."""
-    from localspec.bench import peer
-
-    text = p.text
-    if p.chat:
-        text = sess.template.render([{"role": "user", "content": p.text}])
-        text = peer.to_peer_prompt(text, add_bos=sess.target_model.add_bos, bos_text=sess.template.bos_text)
-    r = peer.run_speculative_simple(
-        paths[0], paths[1], text, n_predict=a.n_predict, threads=a.threads or 2, draft_max=s.L,
-        draft_min=0, p_min=a.peer_p_min, temp=s.T, seed=seed, ctx_size=a.ctx,
-    )  # fmt: skip
-    return Run(
-        p.dataset, p.id, PEER, 1, s.L, s.T, r.tok_per_s, r.n_predict, 0, r.seconds, text=r.text or "",
-        extra={"acceptance": r.acceptance, "command": r.command},
-    )  # fmt: skip
-
-
-def warmup(sess, p: Prompt, a: argparse.Namespace) -> None:
+def warmup(runner: Runner, p: Prompt, a: argparse.Namespace) -> None:
     """Untimed short runs before measuring: the first generation in a process pays for
     page-ins of the mmapped weights and compute-buffer allocation (measured: +0.4 s on the
     first speculative run of SmolLM2), which would otherwise land on one column only."""
     K = max([a.K, *a.K_grid]) if "K" in a.ablations else a.K
     L = max([a.L, *a.L_grid]) if "L" in a.ablations else a.L
-    w = argparse.Namespace(n_predict=8, draft_temp=a.draft_temp)
+    short = Runner(runner.sess, argparse.Namespace(n_predict=8, draft_temp=a.draft_temp))
     for s in (spec("ar", T=a.temp), spec("mdbv", K, L, a.temp)):
-        run_spec(sess, p, s, w, seed=0)
+        short.local(p, s, seed=0)
 
 
 def _peer_info(enabled: bool) -> dict:
@@ -330,10 +224,9 @@ def apply_quick(a: argparse.Namespace) -> None:
 
 
 def main(a: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from localspec.models import default_pair, resolve_model
-    from localspec.session import SessionOptions, open_session
+    from localspec.models import default_pair
+    from localspec.runtime import open_session
+    from localspec.session import SessionOptions
 
     if a.quick:
         apply_quick(a)
@@ -343,44 +236,23 @@ def main(a: argparse.Namespace) -> int:
         draft = draft or draft0
     prompts = {d: load_dataset(d, a.limit) for d in a.datasets}
     plan = make_plan(a)
-    from localspec.bench import peer as peer_mod
-
-    if plan.peer and peer_mod.peer_binaries() is None:
-        print(f"llama.cpp peer not built (run {peer_mod.BUILD_SCRIPT}): no peer column", file=sys.stderr)
+    models = peer_paths(plan.peer is not None, target, draft)
+    if models is None:
         plan.peer = None
-    todo = [(p, i, plan.specs_for(d, i)) for d, ps in prompts.items() for i, p in enumerate(ps)]
-    total = sum(len(ss) + (plan.peer is not None) for _, _, ss in todo)
+    jobs = [
+        Job(p, plan.specs_for(d, i), a.seed + i, plan.peer,
+            {"ablation": d in plan.ablation_datasets and i < plan.ablation_limit})
+        for d, ps in prompts.items() for i, p in enumerate(ps)
+    ]  # fmt: skip
+    total = sum(len(j.specs) + (j.peer is not None) for j in jobs)
     print(f"bench tables: {target} <- {draft}; {sum(map(len, prompts.values()))} prompts, {total} runs", file=sys.stderr)
     sess = open_session(target, draft, SessionOptions(n_ctx=a.ctx, threads=a.threads))
-    paths = (resolve_model(target), resolve_model(draft))
-    runs: list[Run] = []
-    interrupted, peer_on = False, True
-    if a.warmup and todo:
-        warmup(sess, todo[0][0], a)
-    bar = tqdm(total=total, desc="bench tables", unit="run", file=sys.stderr, dynamic_ncols=True)
+    runner = Runner(sess, a, models)
     try:
-        for p, i, specs in todo:
-            seed = a.seed + i
-            abl = p.dataset in plan.ablation_datasets and i < plan.ablation_limit
-            for s in specs:
-                bar.set_postfix_str(f"{p.id} {s.label} T={s.T:g}")
-                r = run_spec(sess, p, s, a, seed)
-                r.extra["ablation"] = abl
-                runs.append(r)
-                bar.update(1)
-            if plan.peer is not None and peer_on:
-                bar.set_postfix_str(f"{p.id} {plan.peer.label}")
-                try:
-                    runs.append(run_peer(sess, p, plan.peer, a, paths, seed))
-                except (peer_mod.PeerRunError, peer_mod.PeerNotBuiltError) as e:
-                    print(f"\nllama.cpp peer failed, no more peer runs: {e}", file=sys.stderr)
-                    peer_on = False
-                bar.update(1)
-    except KeyboardInterrupt:
-        interrupted = True
-        print("\ninterrupted: writing the results measured so far", file=sys.stderr)
+        if a.warmup and jobs:
+            warmup(runner, jobs[0].prompt, a)
+        runs, interrupted = runner.run_all(jobs, "bench tables")
     finally:
-        bar.close()
         sess.close()
     if not any(r.method == PEER for r in runs):
         plan.peer = None
@@ -416,7 +288,7 @@ def write_results(a: argparse.Namespace, plan: Plan, runs: list[Run], target: st
         "machine": machine, "command": machine["command"], **meta,
         "settings": {k: v for k, v in vars(a).items() if k != "func"},
         "table1": t1, "ablations": abl, "greedy_identical": greedy,
-        "plots": {k: v.name for k, v in pngs.items()}, "runs": [asdict(r) for r in runs],
+        "plots": {k: v.name for k, v in pngs.items()}, "runs": [r.to_json() for r in runs],
     }  # fmt: skip
     write_json(out / "tables.json", payload)
     print(text)
