@@ -7,6 +7,8 @@ need (argmaxes, sparse rows) before decoding again; nothing copies whole 600 KB 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 
 import llama_cpp
 import numpy as np
@@ -14,12 +16,43 @@ import numpy as np
 from localspec.backend.batch import Batch
 from localspec.backend.model import Model
 from localspec.errors import ConfigError, ContextFullError, LocalspecError
+from localspec.load import LoadOptions
 
 
 def default_threads() -> int:
     """Physical-ish core count: llama.cpp is memory bound, more threads rarely help."""
     n = os.cpu_count() or 2
     return max(1, min(n, 8))
+
+
+FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}  # enum llama_flash_attn_type
+
+
+def context_params(
+    load: LoadOptions,
+    *,
+    n_ctx: int,
+    n_batch: int,
+    n_ubatch: int | None,
+    n_seq_max: int,
+    threads: int,
+):
+    """llama_context_params for a context on a model loaded with `load` (no llama.cpp call
+    that allocates: tests inspect what reaches llama.cpp)."""
+    if load.flash_attn not in FLASH_ATTN:
+        raise ConfigError(f"-fa/--flash-attn {load.flash_attn}: use auto, on or off")
+    p = llama_cpp.llama_context_default_params()
+    p.n_ctx = n_ctx
+    p.n_batch = n_batch
+    p.n_ubatch = n_ubatch or n_batch
+    p.n_seq_max = n_seq_max
+    p.n_threads = threads
+    p.n_threads_batch = threads
+    p.kv_unified = True
+    p.no_perf = True
+    p.flash_attn_type = FLASH_ATTN[load.flash_attn]
+    p.offload_kqv = load.kv_offload
+    return p
 
 
 class Context:
@@ -37,16 +70,18 @@ class Context:
     ) -> None:
         if n_seq_max < 1 or n_seq_max > 256:
             raise ConfigError(f"n_seq_max must be in 1..256 (got {n_seq_max})")
-        threads = threads or default_threads()
-        p = llama_cpp.llama_context_default_params()
-        p.n_ctx = n_ctx
-        p.n_batch = n_batch
-        p.n_ubatch = n_ubatch or n_batch
-        p.n_seq_max = n_seq_max
-        p.n_threads = threads
-        p.n_threads_batch = threads
-        p.kv_unified = True
-        p.no_perf = True
+        # llama.cpp reserves one output row per sequence in a buffer of min(n_batch, n_ctx)
+        # rows and aborts the process (GGML_ASSERT n_outputs_max) when they do not fit.
+        if n_ctx < 0 or 0 < n_ctx < n_seq_max:
+            raise ConfigError(f"--ctx {n_ctx} is too small: at least {n_seq_max} (one output row per "
+                              f"sequence; 0 = the model's training context)")
+        if n_batch < n_seq_max:
+            raise ConfigError(f"--batch {n_batch} is too small: at least {n_seq_max} (llama.cpp reserves "
+                              f"one output row per sequence and this context holds {n_seq_max})")
+        # the model's own thread count (-t / -td) wins: target and draft may differ
+        threads = model.load.threads or threads or default_threads()
+        p = context_params(model.load, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
+                           n_seq_max=n_seq_max, threads=threads)
         ptr = llama_cpp.llama_init_from_model(model.ptr, p)
         if not ptr:
             raise LocalspecError(f"llama.cpp could not create a context for {model.name} (n_ctx={n_ctx}); try a smaller --ctx")
@@ -57,6 +92,7 @@ class Context:
         self.n_batch = int(llama_cpp.llama_n_batch(ptr))  # llama.cpp clamps n_batch to n_ctx
         self.n_seq_max = n_seq_max
         self.threads = threads
+        self.on_decode: Callable[[int, float], None] | None = None  # (n tokens, seconds) after each decode
         self.n_vocab = model.n_vocab
         self.batch = Batch(self.n_batch, n_seq_max)
         self.n_decodes = 0
@@ -64,13 +100,29 @@ class Context:
         self._n_outputs = 0
         self._view: np.ndarray | None = None
 
+    @property
+    def placement_key(self) -> str:
+        """Where this context computes, for cost-model cache keys: device names with their
+        layer counts, flash attention, KV offload and threads ('CPU:31|fa=auto|kvo=1|t=2').
+
+        Curves timed on the CPU must never be used for a GPU placement (and vice versa)."""
+        load = self.model.load
+        pl = self.model.placement
+        layers = pl.key if pl is not None else "CPU:?"
+        return f"{layers}|fa={load.flash_attn}|kvo={int(load.kv_offload)}|t={self.threads}"
+
     # ------------------------------------------------------------------ compute
     def decode(self, batch: Batch | None = None) -> None:
         """One llama_decode of the batch (the context's own reusable batch by default)."""
         b = batch or self.batch
         if b.n == 0:
             return
+        t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(self.ptr, b.raw)
+        if self.on_decode is not None and rc == 0 and b.n_outputs == b.n:
+            # a free measurement of what an n-token decode costs right now (the cost model
+            # heals its curves from these)
+            self.on_decode(b.n, time.perf_counter() - t0)
         if rc == 1:
             raise ContextFullError(
                 f"the context of {self.n_ctx} tokens is full ({self.model.name}); start a new "

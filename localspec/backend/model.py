@@ -13,7 +13,11 @@ from pathlib import Path
 import llama_cpp
 
 from localspec.backend.logs import configure_logging
+from localspec.backend.offload import model_params, plan_models
 from localspec.errors import BadModelFileError, ModelNotFoundError, VocabMismatchError
+from localspec.load import LoadOptions
+from localspec.placement import Placement
+from localspec.session import SessionOptions
 
 # llama.cpp's own speculative examples compare token texts from this id on (the first ids
 # are special tokens that often differ between otherwise compatible models).
@@ -22,16 +26,31 @@ VOCAB_MAX_SIZE_DIFF = 128
 
 
 class Model:
-    """A GGUF model loaded with llama.cpp (logs silenced unless verbose)."""
+    """A GGUF model loaded with llama.cpp (logs silenced unless verbose).
 
-    def __init__(self, path: str | Path, *, verbose: bool = False, use_mmap: bool = True) -> None:
+    `load` says where its layers may go (-ngl, -dev, -sm, -ts, -mg; its flash-attention,
+    KV-offload and thread settings reach the contexts made on it); `placement` is the plan
+    computed for it (localspec.backend.offload.plan_pair plans target and draft jointly);
+    without one the model is planned alone.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        verbose: bool = False,
+        use_mmap: bool = True,
+        load: LoadOptions | None = None,
+        placement: Placement | None = None,
+    ) -> None:
         path = Path(path)
         if not path.is_file():
             raise ModelNotFoundError(f"model file not found: {path}")
         configure_logging(verbose)
-        params = llama_cpp.llama_model_default_params()
-        params.use_mmap = use_mmap
-        params.n_gpu_layers = 0
+        load = load or LoadOptions()
+        if placement is None:
+            placement = plan_models(SessionOptions(), [("target", path, load)])[0]
+        params, keep = model_params(load, placement, use_mmap=use_mmap)
         ptr = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not ptr:
             raise BadModelFileError(
@@ -41,6 +60,9 @@ class Model:
         self.path = path
         self.name = path.name
         self.ptr = ptr
+        self.load = load
+        self.placement = placement
+        self._params_keep = keep  # the device list and split the params point to (row split reads it later)
         self.vocab = llama_cpp.llama_model_get_vocab(ptr)
         self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.bos: int = llama_cpp.llama_vocab_bos(self.vocab)

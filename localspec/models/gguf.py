@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import mmap
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from localspec.errors import BadModelFileError, ModelNotFoundError
@@ -49,6 +49,16 @@ _KEEP = ("general.architecture", "general.name", "general.file_type", "general.a
 
 
 @dataclass(frozen=True)
+class TensorEntry:
+    """One row of the tensor table: enough to know which layer holds how many bytes."""
+
+    name: str
+    type_id: int
+    n_elements: int
+    nbytes: int  # 0 for a tensor type this table does not know
+
+
+@dataclass(frozen=True)
 class GGUFInfo:
     """What the header says about a file, and the size it must therefore have."""
 
@@ -61,10 +71,17 @@ class GGUFInfo:
     file_size: int
     metadata: dict[str, object]
     tensor_types: dict[str, int]  # type name -> number of tensors
+    # filled only by read_header (detail=True): the placement planner's inputs
+    tensors: tuple[TensorEntry, ...] = ()
+    arrays: dict[str, int] = field(default_factory=dict)  # array key -> element count
 
     @property
     def architecture(self) -> str:
         return str(self.metadata.get("general.architecture", "?"))
+
+
+class _ArrayLen(int):
+    """What the reader returns for an array: its length (the elements are skipped)."""
 
 
 class _Truncated(Exception):
@@ -113,7 +130,7 @@ class _Reader:
             else:
                 for _ in range(count):
                     self.value(itype, keep=False)
-            return None
+            return _ArrayLen(count)
         raise ValueError(f"unknown metadata value type {vtype}")
 
 
@@ -124,7 +141,17 @@ def _bad(path: Path, why: str) -> BadModelFileError:
     )
 
 
-def check_gguf(path: str | Path) -> GGUFInfo:
+def read_header(path: str | Path) -> GGUFInfo:
+    """check_gguf plus every scalar metadata value, array lengths and the tensor table.
+
+    Why apart from check_gguf: the placement planner needs bytes per layer and the
+    attention shape (to size the KV cache) before llama.cpp loads anything, while the
+    registry's checks run on every use and keep only a few keys.
+    """
+    return check_gguf(path, detail=True)
+
+
+def check_gguf(path: str | Path, *, detail: bool = False) -> GGUFInfo:
     """Parse the header and tensor table; raise BadModelFileError unless the file is whole.
 
     The expected size is data_offset + max(tensor offset + tensor bytes): every byte
@@ -147,14 +174,14 @@ def check_gguf(path: str | Path) -> GGUFInfo:
             raise _bad(path, f"it does not start with the GGUF magic bytes (found {head!r})")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             try:
-                return _parse(path, buf, file_size)
+                return _parse(path, buf, file_size, detail)
             except _Truncated:
                 raise _bad(path, f"truncated inside its header ({file_size} bytes)") from None
             except (ValueError, struct.error, UnicodeDecodeError) as e:
                 raise _bad(path, f"corrupt header ({e})") from None
 
 
-def _parse(path: Path, buf: mmap.mmap, file_size: int) -> GGUFInfo:
+def _parse(path: Path, buf: mmap.mmap, file_size: int, detail: bool = False) -> GGUFInfo:
     r = _Reader(buf)
     r.skip(4)
     version = int(r.take("<I"))  # type: ignore[arg-type]
@@ -165,20 +192,24 @@ def _parse(path: Path, buf: mmap.mmap, file_size: int) -> GGUFInfo:
     if n_tensors > 1 << 24 or n_kv > 1 << 24:
         raise ValueError(f"implausible counts (tensors={n_tensors}, kv={n_kv})")
     meta: dict[str, object] = {}
+    arrays: dict[str, int] = {}
     for _ in range(n_kv):
         key = r.string()
         vtype = int(r.take("<I"))  # type: ignore[arg-type]
-        keep = key in _KEEP
+        keep = key in _KEEP or (detail and vtype != _STRING)
         val = r.value(vtype, keep)
-        if keep:
+        if isinstance(val, _ArrayLen):
+            arrays[key] = int(val)
+        elif keep:
             meta[key] = val
     alignment = int(meta.get("general.alignment", DEFAULT_ALIGNMENT))  # type: ignore[arg-type]
     if alignment <= 0 or alignment & (alignment - 1):
         raise ValueError(f"bad alignment {alignment}")
     data_end = 0
     types: dict[str, int] = {}
+    table: list[TensorEntry] = []
     for _ in range(n_tensors):
-        r.string(keep=False)
+        tname = r.string(keep=detail)
         n_dims = int(r.take("<I"))  # type: ignore[arg-type]
         if n_dims > 8:
             raise ValueError(f"tensor with {n_dims} dimensions")
@@ -194,6 +225,8 @@ def _parse(path: Path, buf: mmap.mmap, file_size: int) -> GGUFInfo:
             blck, tsize = GGML_BLOCK[ttype]
             nbytes = (n_el + blck - 1) // blck * tsize
         data_end = max(data_end, offset + nbytes)
+        if detail:
+            table.append(TensorEntry(tname, ttype, n_el, nbytes))
     data_offset = (r.pos + alignment - 1) // alignment * alignment
     expected = data_offset + data_end
     if file_size < expected:
@@ -201,4 +234,5 @@ def _parse(path: Path, buf: mmap.mmap, file_size: int) -> GGUFInfo:
                          f"({expected - file_size:,} missing)")
     return GGUFInfo(path=path, version=version, n_tensors=n_tensors, n_kv=n_kv,
                     data_offset=data_offset, expected_size=expected, file_size=file_size,
-                    metadata=meta, tensor_types=types)
+                    metadata=meta, tensor_types=types, tensors=tuple(table),
+                    arrays=arrays if detail else {})

@@ -1,0 +1,220 @@
+"""GPU-offload flags end to end on whatever llama.cpp build is installed (CI: the stock CPU one).
+
+What reaches llama.cpp is checked in the structs themselves (llama_model_params /
+llama_context_params, built without loading), then through the real CLI: `localspec
+devices`, `-ngl 0` / `-ngl auto` (silently CPU without a GPU), and the one-line errors for
+GPU layers on a build without a GPU backend and for an unknown device.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from localspec.backend import devices as devs
+from localspec.backend.context import Context, context_params
+from localspec.backend.model import Model
+from localspec.backend.offload import model_params, plan_pair
+from localspec.cli import build_parser, main
+from localspec.cli_args import session_options
+from localspec.load import LoadOptions
+from localspec.placement import Placement
+from localspec.session import SessionOptions
+
+ROOT = Path(__file__).resolve().parent.parent
+NO_GPU_BACKEND = not devs.gpu_backends()
+needs_cpu_build = pytest.mark.skipif(not NO_GPU_BACKEND, reason="this llama.cpp build has a GPU backend")
+
+
+def test_flags_reach_load_options_for_target_and_draft():
+    a = build_parser().parse_args([
+        "run", "-m", "t.gguf", "-md", "d.gguf", "-p", "x", "-ngl", "12", "-ngld", "all",
+        "-dev", "CUDA0,CUDA1", "-devd", "CUDA1", "-sm", "row", "-ts", "3/1", "-mg", "1", "-nkvo",
+        "-fa", "on", "-t", "4", "-td", "2",
+    ])
+    o = session_options(a)
+    t, d = o.target_load, o.draft_load
+    assert (t.gpu_layers, t.devices, t.threads) == (12, ["CUDA0", "CUDA1"], 4)
+    assert (d.gpu_layers, d.devices, d.threads) == ("all", ["CUDA1"], 2)
+    for x in (t, d):
+        assert (x.split_mode, x.tensor_split, x.main_gpu, x.kv_offload, x.flash_attn) == (
+            "row", [3.0, 1.0], 1, False, "on")
+    # defaults: auto everywhere, the draft inherits -dev and -t
+    o = session_options(build_parser().parse_args(["chat", "-dev", "Vulkan0", "-t", "3", "-ngl", "-1"]))
+    assert o.target_load.gpu_layers == "all" and o.draft_load.gpu_layers == "auto"
+    assert o.draft_load.devices == ["Vulkan0"] and o.draft_load.threads == 3
+    assert o.target_load.flash_attn == "auto" and o.target_load.kv_offload
+
+
+def test_model_params_carry_layers_devices_split_and_mode():
+    cpu = devs.device_handle("CPU")
+    assert cpu, "ggml has a CPU device in every build"
+    pl = Placement(role="target", model="m", n_gpu_layers=7, n_layers=31, devices=("CPU",),
+                   tensor_split=(3.0, 1.0))
+    p, keep = model_params(LoadOptions(split_mode="row", main_gpu=1), pl)
+    assert (p.n_gpu_layers, p.split_mode, p.main_gpu) == (7, 2, 1)
+    arr = ctypes.cast(p.devices, ctypes.POINTER(ctypes.c_void_p))
+    assert arr[0] == cpu and arr[1] is None  # NULL-terminated ggml_backend_dev_t list
+    assert [p.tensor_split[i] for i in range(3)] == [3.0, 1.0, 0.0] and keep
+    # -dev none: an empty list (no device at all); a CPU plan without -dev: llama.cpp's default
+    p, _ = model_params(LoadOptions(devices=["none"]), Placement("target", "m", 0, 31))
+    assert p.n_gpu_layers == 0 and ctypes.cast(p.devices, ctypes.POINTER(ctypes.c_void_p))[0] is None
+    p, _ = model_params(LoadOptions(), Placement("target", "m", 0, 31))
+    assert p.n_gpu_layers == 0 and p.devices is None and p.split_mode == 1
+
+
+@pytest.mark.parametrize(("fa", "kvo", "want"), [("auto", True, -1), ("on", False, 1), ("off", True, 0)])
+def test_context_params_carry_flash_attn_and_kv_offload(fa, kvo, want):
+    p = context_params(LoadOptions(flash_attn=fa, kv_offload=kvo), n_ctx=1024, n_batch=64,
+                       n_ubatch=None, n_seq_max=4, threads=3)
+    assert (p.flash_attn_type, p.offload_kqv, p.n_threads, p.n_threads_batch) == (want, kvo, 3, 3)
+    assert (p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max, p.kv_unified) == (1024, 64, 64, 4, True)
+
+
+def test_loaded_model_and_context_follow_their_load_options(smollm2_path):
+    m = Model(smollm2_path, load=LoadOptions(gpu_layers=0, flash_attn="off", threads=2))
+    try:
+        c = Context(m, n_ctx=256, threads=1)  # the model's own -t/-td wins over the session's
+        assert c.threads == 2
+        assert c.placement_key == "CPU:31|fa=off|kvo=1|t=2"
+        c.close()
+    finally:
+        m.close()
+
+
+def test_target_and_draft_get_their_own_threads(smollm2_path, smollm2_q8_path):
+    from localspec.runtime import load_session
+
+    opts = SessionOptions(n_ctx=256, threads=1, target_load=LoadOptions(threads=1),
+                          draft_load=LoadOptions(threads=2))
+    sess = load_session(str(smollm2_path), str(smollm2_q8_path), opts, None)
+    try:
+        assert sess.target.ctx.threads == 1 and sess.draft.ctx.threads == 2
+        assert sess.target.ctx.placement_key != sess.draft.ctx.placement_key
+        assert sess.target_model.placement.summary() == "CPU 31/31 layers"
+    finally:
+        sess.close()
+
+
+def test_plan_pair_on_this_build(smollm2_path, smollm2_q8_path):
+    pp = plan_pair(SessionOptions(), smollm2_path, smollm2_q8_path)
+    gpus = [d for d in devs.devices() if d.kind in ("gpu", "igpu")]
+    if not gpus:
+        assert pp.target.n_gpu_layers == pp.draft.n_gpu_layers == 0
+        assert pp.target.layers == {"CPU": 31}
+    else:  # 135M models fit on any GPU
+        assert pp.draft.n_gpu_layers == pp.target.n_gpu_layers == 31
+
+
+def test_plan_models_with_a_gpu_present_offloads_from_the_real_headers(smollm2_path, smollm2_q8_path):
+    """The glue (headers -> layouts -> planner) with a synthetic 8 GiB GPU next to this host."""
+    from localspec.backend.offload import plan_models
+    from localspec.placement import Device, GiB, PlacementError
+
+    present = [Device("CPU", "cpu", 16 * GiB, 16 * GiB, "CPU"), Device("CUDA0", "gpu", 8 * GiB, 8 * GiB, "CUDA")]
+    models = [("target", smollm2_path, LoadOptions()), ("draft", smollm2_q8_path, LoadOptions(gpu_layers=5))]
+    t, d = plan_models(SessionOptions(n_ctx=2048), models, present)
+    assert t.summary() == "CUDA0 31/31 layers" and t.devices == ("CUDA0",)
+    assert d.summary() == "CUDA0 5 + CPU 26 of 31 layers" and not d.auto
+    assert 0 < t.memory["CUDA0"] < 1 * GiB
+    with pytest.raises(PlacementError, match="-devd/--device-draft CUDA1 is not a device"):
+        plan_models(SessionOptions(), [("draft", smollm2_path, LoadOptions(devices=["CUDA1"]))], present)
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_devices_lists_the_cpu_and_how_to_get_a_gpu(capsys, smollm2_path):
+    rc, out, err = _cli(capsys, "devices", "-m", str(smollm2_path), "-md", str(smollm2_path))
+    assert rc == 0 and not err
+    lines = out.splitlines()
+    assert any(ln.split()[:2] == ["CPU", "cpu"] and "GiB" in ln for ln in lines)
+    assert "backends in this build:" in out and "CPU" in lines[0]
+    if NO_GPU_BACKEND:
+        assert "no GPU backend is compiled into this llama.cpp build" in out
+        assert "pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36" in out
+    assert "target SmolLM2" in out and "draft SmolLM2" in out and "31/31 layers" in out
+
+
+@needs_cpu_build
+def test_gpu_layers_on_a_cpu_build_exit_2_with_the_reinstall_line(capsys, smollm2_path):
+    for flag in ("-ngl", "-ngld"):
+        rc, out, err = _cli(capsys, "run", "-m", str(smollm2_path), "-md", str(smollm2_path),
+                            "-p", "hi", "-n", "2", flag, "all")
+        assert rc == 2 and not out
+        assert err.count("\n") == 1 and err.startswith(f"error: {flag}/")
+        assert "no GPU backend" in err and devs.reinstall_hint() in err
+
+
+def test_unknown_device_exits_2_with_the_list(capsys, smollm2_path):
+    rc, out, err = _cli(capsys, "run", "-m", str(smollm2_path), "-p", "hi", "-dev", "NOPE0")
+    assert rc == 2 and err.count("\n") == 1
+    assert "-dev/--device NOPE0 is not a device" in err
+    for d in devs.devices():
+        assert d.name in err
+
+
+@pytest.mark.parametrize("ngl", ["0", "auto"])
+def test_ngl_0_and_auto_run_silently_on_the_cpu(capsys, smollm2_path, ngl):
+    if ngl == "auto" and not NO_GPU_BACKEND:
+        pytest.skip("auto offloads on a GPU build; this case is about the CPU build")
+    rc, out, err = _cli(capsys, "run", "-m", str(smollm2_path), "-p", "Say hi", "-n", "4",
+                        "--method", "ar", "-t", "1", "-ngl", ngl, "--json")
+    assert rc == 0 and out.strip()
+    assert "error" not in err.lower() and "warning" not in err.lower()
+
+
+def test_gpu_check_prepare_bundle_is_under_60_mib_and_its_check_runs(tmp_path):
+    """Cached in $LOCALSPEC_HOME/gpu-check (~/.cache/localspec): the first run downloads the
+    75 MB sdist and the wheels from PyPI (a minute or two), later runs only re-pack (~1 s).
+    Then the bundle's check runs in its smoke mode (no GPU, no CUDA build, tiny models)."""
+    bundle = tmp_path / "bundle"
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--prepare", str(bundle)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    size = sum(f.stat().st_size for f in bundle.rglob("*") if f.is_file())
+    assert 1 << 20 < size < 60 << 20
+    names = {f.name for f in bundle.iterdir()}
+    assert {"gpu_check.sh", "localspec-src.tar.gz", "llama-cpp-python-0.3.36-trimmed.tar.xz", "MANIFEST"} <= names
+    wheels = {f.name.split("-")[0].lower() for f in (bundle / "wheels").iterdir()}
+    assert {"scikit_build_core", "jinja2", "gguf", "numpy"} <= wheels
+    listing = subprocess.run(["tar", "-tJf", str(bundle / "llama-cpp-python-0.3.36-trimmed.tar.xz")],
+                             capture_output=True, text=True, check=True).stdout
+    assert "vendor/llama.cpp/ggml/src/ggml-cuda/CMakeLists.txt" in listing
+    assert "vendor/llama.cpp/models/" not in listing and "/ggml-vulkan/" not in listing
+    # the check itself, without a GPU: no build (the installed llama_cpp), tiny random models
+    env = {**os.environ, "GPU_CHECK_SMOKE": "1", "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(bundle / "gpu_check.sh"), str(bundle)], capture_output=True,
+                          text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((bundle / "report" / "report.json").read_text())
+    assert "smoke" in report and 0.5 < report["alpha"]["value"] < 1.0
+    assert all(v["equal"] for k, v in report["greedy_vs_ar"].items() if k != "n_tokens")
+    assert report["curves_cpu"]["t1.5b"]["sizes"] == [1, 2, 4, 8, 16, 32, 64]
+    assert "SMOKE TEST" in proc.stdout and "predicted, default pair shapes on the GPU" in proc.stdout
+
+
+def test_random_gguf_writer_makes_a_model_llama_cpp_runs(tmp_path):
+    out = tmp_path / "tiny.gguf"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check_gguf.py"), str(out), "--shape", "tiny"],
+                   check=True, timeout=120)
+    m = Model(out)
+    try:
+        assert m.n_vocab == 512 and m.placement.n_layers == 3
+        c = Context(m, n_ctx=128, n_batch=16, n_seq_max=1, threads=1)
+        c.batch.clear().add_sequence([1, 300, 301], 0, 0, logits_last=True)
+        c.decode()
+        row = c.logits(0)
+        assert row.shape == (512,) and float(row.std()) > 0.5
+        c.close()
+    finally:
+        m.close()
