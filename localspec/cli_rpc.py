@@ -1,0 +1,99 @@
+"""`localspec rpc-server` (lend this machine's devices to another's target) and `--rpc`.
+
+The server is llama.cpp's own (ggml-rpc, started from this install), so a `localspec`
+client and a llama.cpp `--rpc` client both work against it, as long as both sides come
+from the same llama.cpp (the handshake checks the protocol version).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+from localspec.errors import LocalspecError
+
+SECURITY_WARNING = (
+    "WARNING: {host} is not a loopback address. An RPC server has no authentication and no "
+    "encryption: anyone who reaches this port can use its devices and read or change what "
+    "they compute. Only bind it on a network you trust (never the open internet)."
+)
+
+
+def _endpoints(text: str) -> list[str]:
+    """argparse type of --rpc: 'HOST:PORT[,HOST:PORT...]' -> list (each checked)."""
+    from localspec.backend.rpc import split_endpoint
+
+    out = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            split_endpoint(part)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        out.append(part)
+    if not out:
+        raise argparse.ArgumentTypeError("give at least one HOST:PORT")
+    return out
+
+
+def add_rpc_arg(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The `--rpc` flag (repeatable, comma lists) -> Namespace.rpc: list of 'HOST:PORT'."""
+    p.add_argument("--rpc", action="extend", type=_endpoints, default=[], metavar="HOST:PORT[,HOST:PORT...]",
+                   help="llama.cpp RPC servers (`localspec rpc-server`) whose devices (RPC0, RPC1, ...) "
+                   "may hold the target's layers; registered before any model loads")
+
+
+def _device_list(text: str) -> list[str]:
+    return [d.strip() for d in text.replace("/", ",").split(",") if d.strip()]
+
+
+def cmd_rpc_server(a: argparse.Namespace) -> int:
+    from localspec.backend import rpc, rpc_server
+
+    server = rpc_server.RpcServer(a.host, a.port, a.device or None, a.threads, a.cache)
+    if server.exposed:
+        print(SECURITY_WARNING.format(host=a.host), file=sys.stderr)
+    print(f"localspec rpc-server: listening on {server.endpoint} (ggml RPC protocol "
+          f"{rpc.PROTO_MAJOR}.{rpc.PROTO_MINOR}, {server.threads} CPU threads, "
+          f"cache {server.cache_dir or 'off'})")
+    for d in server.devices:
+        print(f"  {d.name}: {d.description} ({d.total >> 20} MiB, {d.free >> 20} MiB free)")
+    print(f"clients: localspec run --rpc {server.endpoint} ... ; Ctrl-C stops", flush=True)
+
+    def _term(signum, frame):  # SIGTERM (service managers, tests) stops it like Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _term)
+    server.start()
+    try:
+        while server.alive(0.5):
+            pass
+    except KeyboardInterrupt:
+        print(f"localspec rpc-server on {server.endpoint} stopped", file=sys.stderr, flush=True)
+        rpc_server.flush_c_stdio()
+        # ggml's accept loop cannot be interrupted; exiting normally would run C++ static
+        # destructors under that live thread, so leave at once (nothing here needs cleanup).
+        os._exit(0)
+    raise LocalspecError(f"the RPC server on {server.endpoint} stopped on its own (see ggml's message above)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "rpc-server", help="serve this machine's devices to a target on another machine (llama.cpp RPC)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Start llama.cpp's RPC server from this install. Another machine then runs "
+        "`localspec run/chat/serve --rpc HOST:PORT` and its target's layers may go to this "
+        "machine's devices. One client at a time; no authentication: keep it on a trusted network.",
+    )
+    p.add_argument("--host", default="127.0.0.1",
+                   help="IPv4 address to listen on (0.0.0.0 = every interface; warns: no authentication)")
+    p.add_argument("--port", type=int, default=50052, help="TCP port")
+    p.add_argument("--device", "-d", action="extend", type=_device_list, default=[], metavar="DEV[,DEV...]",
+                   help="devices to serve, e.g. CPU or CUDA0 (default: every GPU, else the CPU)")
+    p.add_argument("--threads", "-t", type=int, default=None, help="CPU threads (default: half the cores)")
+    p.add_argument("--cache", nargs="?", default=None, const=os.path.expanduser("~/.cache/llama.cpp/rpc"),
+                   metavar="DIR", help="keep received tensors in DIR so a reconnecting client skips the "
+                   "upload of large ones (no DIR: llama.cpp's ~/.cache/llama.cpp/rpc)")
+    p.set_defaults(func=cmd_rpc_server)
+    return p
