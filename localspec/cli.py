@@ -12,6 +12,8 @@ from collections.abc import Iterable
 
 from localspec import __version__
 from localspec.cli_args import add_gen_args, add_model_args, gen_config, session_options
+from localspec.cli_input import check_options, read_prompt
+from localspec.cli_parser import HelpFormatter, Parser
 from localspec.errors import LocalspecError
 from localspec.events import Done, Event, Stats
 
@@ -23,6 +25,50 @@ EPILOG = """examples:
   localspec models list | fetch NAME | path NAME | verify NAME | quantize SRC --type Q4_0
   localspec bench speed --quick
 """
+
+
+RUN_DESCRIPTION = """\
+Generate one answer with a target model (and a draft that speculates for it) and print it
+on stdout; a stats line (or --json) follows on stderr.
+
+prompt rule: prompts (-p, -f, --stop) must be UTF-8. Bytes that are not are refused (exit
+2) naming the offset of the first bad byte, never silently replaced; a UTF-8 byte-order
+mark at the start of a file is dropped; an empty or whitespace-only prompt is refused.
+numbers: --ctx 0 = the model's training context (llama.cpp's meaning); -t 0 = automatic
+threads; --batch below what the method needs in one target batch is refused with the
+minimum (sd/gbv/mdbv/spectr: K x L + 2; auto: 64 to 66; every method: 16).
+"""
+
+RUN_EPILOG = """\
+examples:
+  localspec run -m qwen2.5-coder-1.5b -md qwen2.5-coder-0.5b -p "Write quicksort in Python"
+  localspec run -m target.gguf -md draft.gguf --method sd -L 6 -f prompt.txt
+  localspec run -m target.gguf -md draft.gguf --method mdbv -K 3 -L 6 --temp 0.7 -p "..."
+  localspec run -m smollm2-135m --method ar --raw -p "Once upon a time" -n 64
+  echo "Explain RAII" | localspec run -m qwen2.5-coder-1.5b -f - --json
+  localspec run ... --explain       # the cost model's table and why it chose what it chose
+"""
+
+CHAT_DESCRIPTION = """\
+Multi-turn chat with a target/draft pair (the default pair unless -m/-md): a full-screen
+TUI on a terminal (Esc or Ctrl-C stops a reply, a second Ctrl-C quits, F1 lists the keys),
+otherwise (--plain, or stdin/stdout not a terminal: said on stderr) a line REPL.
+"""
+
+CHAT_EPILOG = """\
+examples:
+  localspec chat                                  # default pair, fetched on first use
+  localspec chat -m qwen2.5-coder-1.5b -md qwen2.5-coder-0.5b --method sd -L 6
+  localspec chat --plain --temp 0.7               # line REPL: /reset forgets, Ctrl-D quits
+"""
+
+
+def _options(a: argparse.Namespace, cfg, draft: str | None):
+    """SessionOptions from the flags, every number checked before a model loads."""
+    opts = session_options(a)
+    for note in check_options(opts, cfg, has_draft=draft is not None):
+        print(f"note: {note}", file=sys.stderr)
+    return opts
 
 
 def _stats_line(st: Stats) -> str:
@@ -64,26 +110,16 @@ def _resolve_pair(a: argparse.Namespace, *, need_default: bool) -> tuple[str, st
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from localspec.session import open_session
+    from localspec.runtime import open_session
 
     cfg = gen_config(a)
-    prompt = a.prompt
-    if a.file:
-        try:
-            with open(a.file, encoding="utf-8") as fh:
-                prompt = fh.read()
-        except OSError as e:
-            raise LocalspecError(f"cannot read prompt file {a.file}: {e.strerror}") from None
-    if prompt is None:
-        raise LocalspecError("no prompt: pass -p/--prompt TEXT or -f/--file PATH")
+    prompt = read_prompt(a)
     target, draft = _resolve_pair(a, need_default=False)
     if cfg.method == "ar" and not a.explain:
         draft = None if a.draft is None else draft
-    sess = open_session(target, draft, session_options(a))
+    sess = open_session(target, draft, _options(a, cfg, draft))
     if a.explain:
-        from localspec.costmodel import explain
-
-        print(explain(sess, cfg), file=sys.stderr)
+        print(sess.explain(cfg), file=sys.stderr)
     done = _stream(sess.complete(prompt, cfg, chat=not a.raw))
     st = done.stats
     if done.message:
@@ -109,25 +145,37 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 
 def cmd_chat(a: argparse.Namespace) -> int:
-    from localspec.session import open_session
+    from localspec.runtime import open_session
 
     cfg = gen_config(a)
     target, draft = _resolve_pair(a, need_default=True)
-    plain = a.plain or not sys.stdin.isatty() or not sys.stdout.isatty()
+    opts = _options(a, cfg, draft)
+    plain = a.plain
+    not_tty = [name for name, f in (("stdin", sys.stdin), ("stdout", sys.stdout)) if not f.isatty()]
+    if not plain and not_tty:
+        verb = "is not a terminal" if len(not_tty) == 1 else "are not terminals"
+        print(f"localspec chat: {' and '.join(not_tty)} {verb}: using the plain line REPL "
+              "(the TUI needs a terminal; --plain chooses the REPL outright)", file=sys.stderr)
+        plain = True
     if not plain:
         try:
             from localspec.tui import run_tui
-        except ImportError:
+        except ImportError as e:
+            print(f"localspec chat: the TUI is unavailable ({e}): using the plain line REPL", file=sys.stderr)
             plain = True
     if not plain:
-        opts = session_options(a)
-        return run_tui(lambda progress: open_session(target, draft, opts, progress), cfg, f"{target} <- {draft}")
-    sess = open_session(target, draft, session_options(a))
+        # the TUI captures download output into its own progress bar (tui/app.py _load)
+        return run_tui(lambda progress: open_session(target, draft, opts, progress), cfg, "localspec chat")
+    sess = open_session(target, draft, opts)
     print(f"localspec chat: {target} <- {draft} (method {cfg.method}); Ctrl-C stops a reply, Ctrl-D quits",
           file=sys.stderr)
     while True:
         try:
             line = input("> ")
+        except UnicodeDecodeError as e:
+            print(f"error: that line is not UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                  "type it again", file=sys.stderr)
+            continue
         except EOFError:
             print()
             return 0
@@ -148,7 +196,7 @@ def cmd_chat(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="localspec",
         description="Speculative generation on llama.cpp: a small draft proposes, a big target checks.",
         epilog=EPILOG,
@@ -158,17 +206,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     r = sub.add_parser("run", help="generate one answer and print it (+ stats, or --json)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       description=RUN_DESCRIPTION, epilog=RUN_EPILOG, formatter_class=HelpFormatter)
     add_model_args(r, default_pair=False)
-    r.add_argument("-p", "--prompt", default=None, help="prompt text (chat-templated unless --raw)")
-    r.add_argument("-f", "--file", default=None, help="read the prompt from a file")
+    src = r.add_mutually_exclusive_group()
+    src.add_argument("-p", "--prompt", default=None,
+                     help="prompt text (chat-templated unless --raw); UTF-8 (the prompt rule above)")
+    src.add_argument("-f", "--file", default=None, metavar="PATH",
+                     help="read the prompt from a UTF-8 file (- = stdin)")
     r.add_argument("--raw", action="store_true", help="no chat template: plain text completion")
     r.add_argument("--json", action="store_true", help="print one JSON object with text and stats as the last line")
     r.add_argument("--explain", action="store_true", help="print the cost model's prediction table and choice")
     add_gen_args(r)
     r.set_defaults(func=cmd_run)
 
-    c = sub.add_parser("chat", help="multi-turn chat (TUI; --plain for a line REPL)")
+    c = sub.add_parser("chat", help="multi-turn chat (TUI; --plain for a line REPL)",
+                       description=CHAT_DESCRIPTION, epilog=CHAT_EPILOG, formatter_class=HelpFormatter)
     add_model_args(c, default_pair=True)
     c.add_argument("--plain", action="store_true", help="line-based REPL instead of the TUI")
     add_gen_args(c)
@@ -181,15 +233,34 @@ def build_parser() -> argparse.ArgumentParser:
     except ImportError:  # pragma: no cover - during development only
         pass
     try:
+        from localspec import cli_rpc
+
+        cli_rpc.register(sub)
+    except ImportError:  # pragma: no cover - during development only
+        pass
+    try:
+        from localspec import cli_devices
+
+        cli_devices.register(sub)
+    except ImportError:  # pragma: no cover - during development only
+        pass
+    try:
         from localspec.bench import cli as bench_cli
 
         bench_cli.register(sub)
     except ImportError:  # pragma: no cover
         pass
+    try:
+        from localspec.server import cli as server_cli
+
+        server_cli.register(sub)
+    except ImportError:  # pragma: no cover
+        pass
     return p
 
 
-PASSTHROUGH = {"parse": "localspec.bench.parse", "verify": "localspec.bench.verify_speed"}
+PASSTHROUGH = {"parse": "localspec.bench.parse.cli", "verify": "localspec.bench.verify_speed",
+               "serve": "localspec.bench.serve"}
 
 
 def main(argv: list[str] | None = None) -> int:

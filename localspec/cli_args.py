@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from localspec.cli_offload import add_offload_args, load_options
+from localspec.cli_rpc import add_rpc_arg
 from localspec.config import METHODS, GenConfig, ParseConfig, SamplingConfig
 from localspec.session import SessionOptions
 
@@ -16,10 +18,13 @@ def add_model_args(p: argparse.ArgumentParser, *, default_pair: bool) -> None:
     g.add_argument("-md", "--draft", "--model-draft", dest="draft", default=None,
                    help="draft model: registry name or .gguf path (same tokenizer as the target)"
                    + (" (default: the default pair's draft)" if default_pair else ""))
-    g.add_argument("--ctx", "-c", type=int, default=4096, help="context size in tokens (default 4096)")
-    g.add_argument("--batch", "-b", type=int, default=512, help="max tokens per llama_decode (default 512)")
-    g.add_argument("--threads", "-t", type=int, default=None, help="CPU threads (default: all cores, max 8)")
+    g.add_argument("--ctx", "-c", type=int, default=4096, help="context size in tokens (default 4096; 0 = the model's training context)")
+    g.add_argument("--batch", "-b", type=int, default=512, help="max tokens per llama_decode (default 512; at least 16, and what the method "
+                   "puts in one target batch: K x L + 2, 64 for auto)")
+    g.add_argument("--threads", "-t", type=int, default=None, help="CPU threads (default and 0: all cores, max 8)")
     g.add_argument("--verbose", action="store_true", help="show llama.cpp's own logs")
+    add_rpc_arg(g)
+    add_offload_args(p)
 
 
 def add_gen_args(p: argparse.ArgumentParser) -> None:
@@ -81,4 +86,6 @@ def gen_config(a: argparse.Namespace) -> GenConfig:
 
 
 def session_options(a: argparse.Namespace) -> SessionOptions:
-    return SessionOptions(n_ctx=a.ctx, n_batch=a.batch, threads=a.threads, verbose=a.verbose)
+    target_load, draft_load = load_options(a)
+    return SessionOptions(n_ctx=a.ctx, n_batch=a.batch, threads=a.threads, verbose=a.verbose,
+                          rpc=list(getattr(a, "rpc", [])), target_load=target_load, draft_load=draft_load)

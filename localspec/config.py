@@ -6,7 +6,8 @@ One dataclass so the CLI, the TUI and the bench build the same thing, and so val
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 
 from localspec.errors import ConfigError
 
@@ -23,8 +24,9 @@ class SamplingConfig:
     min_p: float = 0.05
 
     def validate(self) -> None:
-        if self.temp < 0:
-            raise ConfigError(f"--temp must be >= 0 (got {self.temp})")
+        # written as `not ok` so that NaN (which fails every comparison) is refused too
+        if not 0.0 <= self.temp < math.inf:
+            raise ConfigError(f"--temp must be a number >= 0 (got {self.temp})")
         if self.top_k < 0:
             raise ConfigError(f"--top-k must be >= 0, 0 = off (got {self.top_k})")
         if not 0.0 < self.top_p <= 1.0:
@@ -35,7 +37,7 @@ class SamplingConfig:
 
 @dataclass
 class ParseConfig:
-    """PARSE options (see ALGORITHMS.md section 8)."""
+    """PARSE options (see docs/algorithms.md#parse)."""
 
     judge: str = "likelihood"
     cuts: int = 8
@@ -44,6 +46,17 @@ class ParseConfig:
     gamma: float | None = None  # None: the judge's calibrated default (decode/judges.py)
     two_stage: bool = False
     resume: str = "iterative"
+
+    def validate(self) -> None:
+        if self.cuts < 1:
+            raise ConfigError(f"--parse-cuts must be >= 1 (got {self.cuts})")
+        if self.min_seg < 1:
+            raise ConfigError(f"--parse-min-seg must be >= 1 (got {self.min_seg})")
+        if self.threshold is not None and not 0.0 <= self.threshold < math.inf:
+            raise ConfigError(f"--parse-threshold must be a number >= 0; judge scores are in "
+                              f"[0, 1] (got {self.threshold})")
+        if self.gamma is not None and not 0.0 <= self.gamma < math.inf:
+            raise ConfigError(f"--parse-gamma must be a number >= 0 (got {self.gamma})")
 
 
 @dataclass
@@ -63,16 +76,33 @@ class GenConfig:
     auto_K: bool = False  # K / L not given by the user: the cost model may choose them
     auto_L: bool = False
 
+    def draft_sampling(self) -> SamplingConfig:
+        """The draft's transform: the target's, at --draft-temp when given.
+
+        With a greedy target and no --draft-temp, K > 1 drafts are identical greedy drafts
+        (measured: a greedy + sampled-alternatives tree gained nothing on the F16 pair and
+        changes verification batch shapes, hence batch-size numerics); --draft-temp turns
+        the alternatives on.
+        """
+        return self.sampling if self.draft_temp is None else replace(self.sampling, temp=self.draft_temp)
+
     def validate(self) -> None:
         """Raise ConfigError naming the flag at fault."""
         if self.method not in METHODS:
             raise ConfigError(f"--method must be one of {', '.join(METHODS)} (got {self.method!r})")
         if self.K < 1:
             raise ConfigError(f"-K/--drafts must be >= 1 (got {self.K})")
+        if self.method == "spectr-gbv" and self.K < 2:
+            raise ConfigError(
+                "--method spectr-gbv needs -K >= 2: with one draft the published rule is exact only "
+                "with its Algorithm 2 correction, which the engine does not run; use --method gbv "
+                "(exact, and more tokens per target call)"
+            )
         if self.L < 1:
             raise ConfigError(f"-L/--draft-len must be >= 1 (got {self.L})")
         if self.n_predict < 1:
             raise ConfigError(f"-n/--n-predict must be >= 1 (got {self.n_predict})")
-        if self.draft_temp is not None and self.draft_temp < 0:
-            raise ConfigError(f"--draft-temp must be >= 0 (got {self.draft_temp})")
+        if self.draft_temp is not None and not 0.0 <= self.draft_temp < math.inf:
+            raise ConfigError(f"--draft-temp must be a number >= 0 (got {self.draft_temp})")
         self.sampling.validate()
+        self.parse.validate()

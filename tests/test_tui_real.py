@@ -13,7 +13,8 @@ from pathlib import Path
 from textual.widgets import Input
 
 from localspec.config import GenConfig
-from localspec.session import ProgressFn, Session, SessionOptions, open_session
+from localspec.runtime import open_session
+from localspec.session import ProgressFn, Session, SessionOptions
 from localspec.tui import LocalspecApp
 from localspec.tui.replay import wait_until
 

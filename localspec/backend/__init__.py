@@ -1,4 +1,4 @@
-"""The only code that touches llama_cpp / ctypes (see DESIGN.md, "rooms")."""
+"""The only code that touches llama_cpp / ctypes (see docs/design.md#rooms)."""
 
 from localspec.backend.batch import Batch
 from localspec.backend.context import Context

@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,8 +130,9 @@ def fetch_lock(final: Path) -> Iterator[None]:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            print(f"waiting for another localspec process fetching {final.name} ...",
-                  flush=True, file=sys.stderr)
+            from localspec.models.progress import note
+
+            note(f"waiting for another localspec process fetching {final.name} ...")
             fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield

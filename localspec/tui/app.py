@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -26,6 +27,7 @@ from localspec.events import Done, Event, Stats, StatsUpdate
 from localspec.session import ProgressFn, Session
 from localspec.tui.help import HelpScreen
 from localspec.tui.stats import PanelInfo, render_stats
+from localspec.tui.status import StatusLine
 from localspec.tui.transcript import STYLES, Transcript, Turn
 
 SessionFactory = Callable[[ProgressFn], Session]
@@ -57,6 +59,7 @@ class _Finished:
 Inbox = Event | _Progress | _Loaded | _Failed | _Finished
 
 BAR_WIDTH = 24  # the side panel is 40 columns wide (app.tcss)
+CTRL_C_WINDOW = 3.0  # seconds in which a second Ctrl-C quits
 
 DONE_NOTES = {
     "interrupted": "⏹ stopped",
@@ -90,6 +93,8 @@ class LocalspecApp(App[int]):
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [
         Binding("escape", "stop", "Stop"),
+        # priority: the focused Input binds Ctrl-C to copy, which would swallow it
+        Binding("ctrl+c", "interrupt", "Stop / quit", show=False, priority=True),
         Binding("f2", "cycle_method", "Method"),
         Binding("f3", "toggle_rejected", "Rejected"),
         Binding("ctrl+l", "new_chat", "New chat"),
@@ -123,6 +128,7 @@ class LocalspecApp(App[int]):
         self._inbox: list[Inbox] = []
         self._lock = threading.Lock()
         self._turn_views: list[tuple[Static, Static]] = []
+        self._ctrl_c_at: float | None = None  # when the last unanswered Ctrl-C came
 
     # --- layout ---------------------------------------------------------------------------
 
@@ -136,6 +142,7 @@ class LocalspecApp(App[int]):
                 yield Static("", id="error", markup=False)
             with VerticalScroll(id="side"):
                 yield Static("", id="stats", markup=False)
+        yield StatusLine(id="status")
         yield PromptInput(placeholder="loading models…", id="prompt", disabled=True)
         yield Footer()
 
@@ -156,7 +163,12 @@ class LocalspecApp(App[int]):
             self._post(_Progress(message, fraction))
 
         try:
-            session = self.session_factory(progress)
+            # a first run downloads the models: their bars and pip's output become calls
+            # of progress() (the loading bar), never text painted over the screen
+            from localspec.models.progress import reporting
+
+            with reporting(progress):
+                session = self.session_factory(progress)
         except Exception as exc:  # every failure must reach the screen
             self._post(_Failed(describe_error(exc), loading=True))
             return
@@ -280,10 +292,11 @@ class LocalspecApp(App[int]):
         if not text:
             return
         if self.session is None:
-            self.notify("No session loaded.", severity="error")
+            self.refuse("No session loaded: " + ("it failed to open (Ctrl+Q quits)" if self.error
+                                                 else "the models are still loading."))
             return
         if self.generating:
-            self.notify("Still generating — press Esc to stop first.", severity="warning")
+            self.refuse("Still generating — press Esc or Ctrl+C to stop first.")
             return
         message.input.value = ""
         await self.send(text)
@@ -306,12 +319,45 @@ class LocalspecApp(App[int]):
             exit_on_error=False,
         )
 
+    @property
+    def status_message(self) -> str:
+        """What the status line says now ("" when it is hidden)."""
+        return self.query_one("#status", StatusLine).message
+
+    def say(self, message: str) -> None:
+        self.query_one("#status", StatusLine).say(message)
+
+    def refuse(self, why: str) -> None:
+        """A key or a message that cannot act now says why, instead of doing nothing."""
+        self.query_one("#status", StatusLine).say(why, refused=True)
+
     def action_stop(self) -> None:
         """Esc: ask the session to stop after the current iteration (thread-safe)."""
         if self.generating and self.session is not None:
             self.session.stop()
             self.info.state = "stopping"
             self._render_stats()
+
+    async def action_interrupt(self) -> None:
+        """Ctrl-C: stop the reply (as the README says); a second Ctrl-C soon after quits.
+
+        Idle with text selected in the input box, it copies (the Input's own Ctrl-C).
+        """
+        now = time.monotonic()
+        if self._ctrl_c_at is not None and now - self._ctrl_c_at <= CTRL_C_WINDOW:
+            self._ctrl_c_at = None
+            await self.action_quit()
+            return
+        prompt = self.query_one("#prompt", PromptInput)
+        if not self.generating and self.focused is prompt and prompt.selected_text:
+            prompt.action_copy()
+            return
+        self._ctrl_c_at = now
+        if self.generating and self.session is not None:
+            self.action_stop()
+            self.say("Stopping the reply — press Ctrl+C again to quit.")
+        else:
+            self.say("Nothing to stop — press Ctrl+C again to quit (Ctrl+Q quits at once).")
 
     def action_cycle_method(self) -> None:
         """Next method in config.METHODS; applies from the next turn on."""
@@ -328,7 +374,11 @@ class LocalspecApp(App[int]):
 
     async def action_new_chat(self) -> None:
         """Forget the conversation (session and screen); refused while generating."""
-        if self.generating or self.session is None:
+        if self.generating:
+            self.refuse("New chat refused while a reply is generating — press Esc or Ctrl+C to stop it first.")
+            return
+        if self.session is None:
+            self.refuse("New chat refused: no session is open yet.")
             return
         self.session.reset()
         self.transcript = Transcript()

@@ -17,6 +17,7 @@ from localspec.tui.transcript import STYLES
 KEYS = (
     ("Enter", "send the message"),
     ("Esc", "stop the generation (after the current iteration)"),
+    ("Ctrl+C", "stop the generation too; a second Ctrl+C within 3 s quits"),
     ("F2", "cycle the method for the next turn (auto, ar, sd, gbv, …, parse)"),
     ("F3", "show / hide rejected draft text"),
     ("Ctrl+L", "new conversation (forgets the context)"),
