@@ -175,6 +175,11 @@ def resolve_offload(devices: Sequence[Device], req: Request) -> list[Device]:
         chosen = [by_name[n] for n in req.devices if n != "none"]
     else:
         chosen = default_offload(devices)
+        if req.role == "draft":
+            # the draft stays on this machine unless -devd names a remote device: every
+            # drafted token over the network would pay a round trip, which is what
+            # speculation is there to hide
+            chosen = [d for d in chosen if d.backend != "RPC"]
     if req.split_mode == "none" and chosen:
         if not 0 <= req.main_gpu < len(chosen):
             raise PlacementError(f"-mg/--main-gpu {req.main_gpu} is out of range: {len(chosen)} "

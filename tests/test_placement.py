@@ -211,3 +211,14 @@ def test_layout_from_a_real_header(smollm2_path):
     # tied embeddings: the output layer holds a copy of token_embd
     assert lay.weights == sum(t.nbytes for t in info.tensors) + embd
     assert lay.input_bytes >= embd and lay.output_bytes >= embd
+
+
+def test_the_draft_stays_local_unless_devd_names_a_remote_device():
+    """RPC servers come first in llama.cpp's device list; the target goes there, the draft
+    (one network round trip per drafted token otherwise) stays on this machine."""
+    rpc = [Device(n, "gpu", 20 * GiB, 20 * GiB, "RPC") for n in ("RPC0", "RPC1")]
+    t, d = pair([HOST64, *rpc])
+    assert set(t.devices) <= {"RPC0", "RPC1"} and t.n_gpu_layers == t.n_layers
+    assert d.devices == () and d.layers == {"CPU": d.n_layers}
+    _, d2 = pair([HOST64, *rpc], draft=Request("draft", devices=("RPC1",)))
+    assert d2.devices == ("RPC1",)

@@ -109,6 +109,10 @@ class Context:
         load = self.model.load
         pl = self.model.placement
         layers = pl.key if pl is not None else "CPU:?"
+        if "RPC" in layers:  # RPC0 is whichever server registered first: name the servers
+            from localspec.backend.rpc import registered
+
+            layers += "|rpc=" + "+".join(registered())
         return f"{layers}|fa={load.flash_attn}|kvo={int(load.kv_offload)}|t={self.threads}"
 
     # ------------------------------------------------------------------ compute

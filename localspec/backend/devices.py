@@ -12,11 +12,8 @@ from __future__ import annotations
 import ctypes
 import platform
 import sys
-from functools import lru_cache
-from pathlib import Path
 
-import llama_cpp
-
+from localspec.backend import ggml
 from localspec.placement import Device
 
 # enum ggml_backend_dev_type
@@ -26,36 +23,9 @@ HOST_BACKENDS = {"CPU", "BLAS", "RPC", "AMX", "ZenDNN", "KleidiAI", "OpenVINO-CP
 VERSION = "0.3.36"
 
 
-@lru_cache(maxsize=1)
 def _lib() -> ctypes.CDLL:
-    """libggml from the llama_cpp package (the registry lives there), typed once."""
-    lib_dir = Path(llama_cpp.__file__).parent / "lib"
-    names = {"linux": "libggml.so", "darwin": "libggml.dylib", "win32": "ggml.dll"}
-    path = lib_dir / names.get(sys.platform, "libggml.so")
-    lib: ctypes.CDLL = llama_cpp.llama_cpp._lib  # libllama links libggml: same symbols
-    if path.exists():
-        lib = ctypes.CDLL(str(path))
-    vp, sz, cp = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p
-    for name, args, res in [
-        ("ggml_backend_reg_count", [], sz),
-        ("ggml_backend_reg_get", [sz], vp),
-        ("ggml_backend_reg_name", [vp], cp),
-        ("ggml_backend_reg_dev_count", [vp], sz),
-        ("ggml_backend_dev_count", [], sz),
-        ("ggml_backend_dev_get", [sz], vp),
-        ("ggml_backend_dev_by_name", [cp], vp),
-        ("ggml_backend_dev_name", [vp], cp),
-        ("ggml_backend_dev_description", [vp], cp),
-        ("ggml_backend_dev_type", [vp], ctypes.c_int),
-        ("ggml_backend_dev_memory", [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)], None),
-        ("ggml_backend_dev_backend_reg", [vp], vp),
-        ("ggml_backend_load_all", [], None),
-    ]:
-        fn = getattr(lib, name)
-        fn.argtypes, fn.restype = args, res
-    if lib.ggml_backend_reg_count() == 0:  # a GGML_BACKEND_DL build: backends are plugins
-        lib.ggml_backend_load_all()
-    return lib
+    """libggml, typed (backend/ggml.py)."""
+    return ggml.lib()
 
 
 def _text(raw: bytes | None) -> str:

@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass
 
 import llama_cpp
-from llama_cpp._ggml import libggml
 
+from localspec.backend import ggml
 from localspec.errors import LocalspecError
 
 DEFAULT_PORT = 50052
@@ -38,22 +38,7 @@ _CMD_HELLO = 14  # RPC_CMD_HELLO ("must be always 14" in ggml-rpc.cpp)
 _CAPS_SIZE = 24  # RPC_CONN_CAPS_SIZE: all zero = plain TCP (no RDMA upgrade)
 
 _vp, _cp, _sz = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
-for _name, _args, _res in (
-    ("ggml_backend_reg_by_name", [_cp], _vp),
-    ("ggml_backend_reg_get_proc_address", [_vp, _cp], _vp),
-    ("ggml_backend_register", [_vp], None),
-    ("ggml_backend_reg_dev_count", [_vp], _sz),
-    ("ggml_backend_reg_dev_get", [_vp, _sz], _vp),
-    ("ggml_backend_dev_count", [], _sz),
-    ("ggml_backend_dev_get", [_sz], _vp),
-    ("ggml_backend_dev_by_name", [_cp], _vp),
-    ("ggml_backend_dev_name", [_vp], _cp),
-    ("ggml_backend_dev_description", [_vp], _cp),
-    ("ggml_backend_dev_type", [_vp], ctypes.c_int),
-    ("ggml_backend_dev_memory", [_vp, ctypes.POINTER(_sz), ctypes.POINTER(_sz)], None),
-):
-    _fn = getattr(libggml, _name)
-    _fn.argtypes, _fn.restype = _args, _res
+libggml = ggml.lib()
 
 _ADD_SERVER = ctypes.CFUNCTYPE(_vp, _cp)
 _ABORT_CB = ctypes.CFUNCTYPE(None, _cp)
