@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from localspec.cli_offload import add_offload_args, load_options
+from localspec.cli_reasoning import add_reasoning_args
 from localspec.cli_rpc import add_rpc_arg
 from localspec.config import METHODS, GenConfig, ParseConfig, SamplingConfig
 from localspec.session import SessionOptions
@@ -23,6 +24,9 @@ def add_model_args(p: argparse.ArgumentParser, *, default_pair: bool) -> None:
                    "puts in one target batch: K x L + 2, 64 for auto)")
     g.add_argument("--threads", "-t", type=int, default=None, help="CPU threads (default and 0: all cores, max 8)")
     g.add_argument("--verbose", action="store_true", help="show llama.cpp's own logs")
+    g.add_argument("--recalibrate", action="store_true",
+                   help="re-time the cost model's curves at every batch size before deciding (they are "
+                   "otherwise timed once, quickly, and healed from live timings; see `localspec costs`)")
     add_rpc_arg(g)
     add_offload_args(p)
 
@@ -58,6 +62,7 @@ def add_gen_args(p: argparse.ArgumentParser) -> None:
     pa.add_argument("--parse-resume", default="iterative", choices=["iterative", "target", "spec"],
                     help="after a cut: re-draft (iterative), let the target finish alone (target), or "
                     "finish with lossless speculative decoding (spec: PARSE composed with sd/mdbv)")
+    add_reasoning_args(p)  # --reasoning, --reasoning-budget (thinking models)
 
 
 def gen_config(a: argparse.Namespace) -> GenConfig:
@@ -88,4 +93,5 @@ def gen_config(a: argparse.Namespace) -> GenConfig:
 def session_options(a: argparse.Namespace) -> SessionOptions:
     target_load, draft_load = load_options(a)
     return SessionOptions(n_ctx=a.ctx, n_batch=a.batch, threads=a.threads, verbose=a.verbose,
-                          rpc=list(getattr(a, "rpc", [])), target_load=target_load, draft_load=draft_load)
+                          rpc=list(getattr(a, "rpc", [])), target_load=target_load, draft_load=draft_load,
+                          recalibrate=getattr(a, "recalibrate", False))

@@ -170,6 +170,15 @@ class RuntimeSession:
     def bos_text(self) -> str:
         return self.template.bos_text if self.target_model.add_bos else ""
 
+    @property
+    def placement(self) -> dict[str, str]:
+        out = {}
+        for role, m in (("target", self.target_model), ("draft", self.draft_model)):
+            pl = getattr(m, "placement", None) if m is not None else None
+            if m is not None:
+                out[role] = pl.summary() if pl is not None else "CPU"
+        return out
+
     @cached_property
     def think_markers(self) -> ThinkMarkers | None:
         from localspec.backend.hints import find_think_markers
@@ -183,7 +192,9 @@ class RuntimeSession:
         return sampling_metadata(self.target_model)
 
     def explain(self, cfg: GenConfig) -> str:
-        return costmodel.explain(self._cost_model(cfg) if self.draft is not None else None, cfg)
+        where = "; ".join(f"{role}: {w}" for role, w in self.placement.items())
+        table = costmodel.explain(self._cost_model(cfg) if self.draft is not None else None, cfg)
+        return f"placement: {where}\n{table}"
 
     @property
     def last_prompt_tokens(self) -> list[int]:

@@ -98,6 +98,12 @@ class Session(Protocol):
         ...
 
     @property
+    def placement(self) -> Mapping[str, str]:
+        """Where each model computes, for people: {"target": "CUDA0 20 + CPU 9 of 29 layers",
+        "draft": "CUDA0 25/25 layers"} (the draft only when there is one)."""
+        ...
+
+    @property
     def think_markers(self) -> ThinkMarkers | None:
         """The target's reasoning-block markers, None for a model that does not think."""
         ...

@@ -74,3 +74,38 @@ def write_json(path: str | Path, payload: dict) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(payload, indent=1))
+
+
+def add_placement_args(p) -> None:
+    """The load flags `run` has that decide where the models compute (GPU offload, RPC
+    servers, --recalibrate): a bench measures the placement the user will run."""
+    from localspec.cli_offload import add_offload_args
+    from localspec.cli_rpc import add_rpc_arg
+
+    add_offload_args(p)
+    add_rpc_arg(p)
+    p.add_argument("--rpc-rtt-ms", type=float, default=None, metavar="MS",
+                   help="put a loopback proxy adding this round-trip time in front of each --rpc server "
+                   "(a LAN ~0.5, Wi-Fi ~5): how speculation hides the network")
+    p.add_argument("--recalibrate", action="store_true", help="re-time the cost model's curves first")
+
+
+def session_options(a, n_ctx: int | None = None):
+    """SessionOptions for a bench run: its --ctx/--threads plus the placement flags."""
+    from localspec.cli_offload import load_options
+    from localspec.session import SessionOptions
+
+    target_load, draft_load = load_options(a)
+    rpc = list(getattr(a, "rpc", None) or [])
+    rtt = getattr(a, "rpc_rtt_ms", None)
+    if rpc and rtt is not None:
+        from localspec.bench.netdelay import DelayProxy
+
+        proxies = [DelayProxy(ep, rtt) for ep in rpc]  # live as long as the bench process
+        _PROXIES.extend(proxies)
+        rpc = [p.endpoint for p in proxies]
+    return SessionOptions(n_ctx=n_ctx or a.ctx, threads=a.threads, target_load=target_load, draft_load=draft_load,
+                          rpc=rpc, recalibrate=getattr(a, "recalibrate", False))
+
+
+_PROXIES: list = []

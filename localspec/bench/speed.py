@@ -12,7 +12,14 @@ import json
 import sys
 from dataclasses import replace
 
-from localspec.bench.common import load_prompts, machine_info, median, write_json
+from localspec.bench.common import (
+    add_placement_args,
+    load_prompts,
+    machine_info,
+    median,
+    write_json,
+)
+from localspec.bench.common import session_options as bench_options
 from localspec.bench.runner import PEER, Job, Run, Runner, Spec, peer_paths, spec
 
 
@@ -129,7 +136,6 @@ def greedy_identical(results: list[Run]) -> dict[str, bool]:
 def main(a: argparse.Namespace) -> int:
     from localspec.models import default_pair
     from localspec.runtime import open_session
-    from localspec.session import SessionOptions
 
     target, draft = a.target, a.draft
     if target is None:
@@ -141,7 +147,7 @@ def main(a: argparse.Namespace) -> int:
     configs = parse_grid(a.methods, a.grid, a.temp)
     peer_spec = Spec(PEER, 1, a.peer_draft_max, a.temp)
     models = peer_paths(a.peer, target, draft)
-    sess = open_session(target, draft, SessionOptions(n_ctx=a.ctx, threads=a.threads))
+    sess = open_session(target, draft, bench_options(a))
     jobs = [
         Job(replace(p, id=f"{p.id}#{rep}"), configs, 1000 * rep + pi, peer_spec)
         for rep in range(a.repeats) for pi, p in enumerate(prompts)
@@ -211,3 +217,4 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="3 prompts x 64 tokens smoke run")
     p.add_argument("--out", default=None, help="write JSON results here")
     p.add_argument("--json", action="store_true", help="print the summary as JSON last")
+    add_placement_args(p)

@@ -19,7 +19,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.bench.common import Prompt, machine_info, median, read_jsonl, write_json
+from localspec.bench.common import (
+    Prompt,
+    add_placement_args,
+    machine_info,
+    median,
+    read_jsonl,
+    write_json,
+)
+from localspec.bench.common import session_options as bench_options
 from localspec.bench.runner import PEER, Job, Run, Runner, Spec, peer_paths, spec
 from localspec.errors import ConfigError
 
@@ -226,7 +234,6 @@ def apply_quick(a: argparse.Namespace) -> None:
 def main(a: argparse.Namespace) -> int:
     from localspec.models import default_pair
     from localspec.runtime import open_session
-    from localspec.session import SessionOptions
 
     if a.quick:
         apply_quick(a)
@@ -246,7 +253,7 @@ def main(a: argparse.Namespace) -> int:
     ]  # fmt: skip
     total = sum(len(j.specs) + (j.peer is not None) for j in jobs)
     print(f"bench tables: {target} <- {draft}; {sum(map(len, prompts.values()))} prompts, {total} runs", file=sys.stderr)
-    sess = open_session(target, draft, SessionOptions(n_ctx=a.ctx, threads=a.threads))
+    sess = open_session(target, draft, bench_options(a))
     runner = Runner(sess, a, models)
     try:
         if a.warmup and jobs:
@@ -325,3 +332,4 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="untimed AR + mdbv runs of 8 tokens before measuring")
     p.add_argument("--quick", action="store_true", help="smoke run of every table in a few minutes")
     p.add_argument("--out-dir", default="bench/results/latest", help="where tables.md/.json and PNGs go")
+    add_placement_args(p)

@@ -241,6 +241,7 @@ class LocalspecApp(App[int]):
         self.session = session
         self.info.target_name = short_name(session.target_name) or "?"
         self.info.draft_name = short_name(session.draft_name)
+        self.info.placement = dict(getattr(session, "placement", None) or {})
         self.info.state = "ready"
         self.sub_title = f"{self.info.target_name} ← {self.info.draft_name or 'no draft'}"
         self.query_one("#loading").display = False
@@ -365,6 +366,8 @@ class LocalspecApp(App[int]):
         self.cfg.method = METHODS[(i + 1) % len(METHODS)]
         self._render_stats()
         when = " (from the next turn)" if self.generating else ""
+        if self.cfg.method == "spectr-gbv" and self.cfg.K < 2:
+            when += ": needs -K 2 or more (start chat with -K 2); with one draft use gbv"
         self.notify(f"method: {self.cfg.method}{when}", timeout=2)
 
     def action_toggle_rejected(self) -> None:

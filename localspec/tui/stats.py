@@ -9,7 +9,7 @@ does not look like a collapse, which an auto-scaled sparkline would suggest.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich.text import Text
 
@@ -35,6 +35,7 @@ class PanelInfo:
     session_tokens: int = 0
     session_seconds: float = 0.0
     turns: int = 0
+    placement: dict[str, str] = field(default_factory=dict)  # "target"/"draft" -> "CUDA0 29/29 layers"
 
     @property
     def session_tok_per_s(self) -> float:
@@ -127,14 +128,20 @@ def render_stats(stats: Stats | None, info: PanelInfo, width: int = 30) -> Text:
 
     t.append("\nMethod\n", style="bold underline")
     asked = info.turn_method or info.method
-    ran = stats.method if stats else None
+    ran = (stats.ran or stats.method) if stats else None
     _row(t, "method", asked if ran in (None, asked) else f"{asked} → {ran}", "bold #56b6c2")
     if info.method != asked:
         _row(t, "next turn", info.method, "bold")
+    plain = ran == "ar"  # plain decoding: one token per target call, nothing drafted
     if stats is not None:
-        _row(t, "K L τ", f"K={stats.K}  L={stats.L}  mean τ={mean_tau(stats):.2f}")
+        if plain:
+            _row(t, "K L τ", "— (plain decoding: no drafts)")
+        else:
+            _row(t, "K L τ", f"K={stats.K}  L={stats.L}  mean τ={mean_tau(stats):.2f}")
         if stats.choice_note:
             t.append(f" auto: {stats.choice_note}\n", style="italic")
+    for role, where in info.placement.items():
+        _row(t, role, where, "dim")
 
     t.append("\nSpeed\n", style="bold underline")
     if stats is None:
@@ -143,8 +150,10 @@ def render_stats(stats: Stats | None, info: PanelInfo, width: int = 30) -> Text:
         _row(t, "tok/s", f"{stats.tok_per_s:6.1f}  this turn", "bold")
         if info.turns:
             _row(t, "tok/s", f"{info.session_tok_per_s:6.1f}  session")
-        if stats.ar_estimate > 0 and stats.tok_per_s > 0:
-            _row(t, "speedup", f"{stats.tok_per_s / stats.ar_estimate:6.2f}x vs AR {stats.ar_estimate:.1f} tok/s (cost model)")
+        if stats.ar_estimate > 0 and stats.tok_per_s > 0 and not plain:
+            # AR was not run this turn: its speed is the cost model's prediction, said so
+            _row(t, "speedup", f"{stats.tok_per_s / stats.ar_estimate:6.2f}x vs AR {stats.ar_estimate:.1f} tok/s "
+                 "predicted (cost model)")
         _row(t, "block eff", f"{stats.block_efficiency:6.2f}  tok/target call")
         alpha = acceptance_rate(stats)
         _row(t, "accept α", "   —" if alpha is None else f"{alpha:6.0%}")
