@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterable
 
 from localspec import __version__
+from localspec import cli_reasoning as cr
 from localspec.cli_args import add_gen_args, add_model_args, gen_config, session_options
 from localspec.cli_input import check_options, read_prompt
 from localspec.cli_parser import HelpFormatter, Parser
@@ -120,7 +121,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     sess = open_session(target, draft, _options(a, cfg, draft))
     if a.explain:
         print(sess.explain(cfg), file=sys.stderr)
-    done = _stream(sess.complete(prompt, cfg, chat=not a.raw))
+        print(cr.sampling_note(sess, target, a, cfg), file=sys.stderr)
+    done, thinking = cr.run_answer(sess, prompt, cfg, a)  # thinking models: reasoning apart, budget
     st = done.stats
     if done.message:
         print(f"\n[{done.message}]", file=sys.stderr)
@@ -132,6 +134,7 @@ def cmd_run(a: argparse.Namespace) -> int:
             "target": target,
             "draft": draft,
             "text": done.text,
+            **cr.json_fields(thinking, done, a.reasoning_format),
             "stop_reason": done.reason,
             "tok_per_s": st.tok_per_s,
             "parse": getattr(st, "parse", None),
@@ -140,7 +143,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         print(json.dumps(payload))
     else:
         print()
-        print(_stats_line(st), file=sys.stderr)
+        thought = cr.summary(thinking, speculative=st.method != "ar")  # None unless the model thought
+        print(_stats_line(st) + (f" {thought}" if thought else ""), file=sys.stderr)
     return 0
 
 
@@ -188,7 +192,7 @@ def cmd_chat(a: argparse.Namespace) -> int:
             sess.reset()
             continue
         try:
-            done = _stream(sess.chat(line, cfg))
+            done = cr.chat_turn(sess, line, cfg, a)  # thinking printed apart (--reasoning-format)
             print()
             print(_stats_line(done.stats), file=sys.stderr)
         except KeyboardInterrupt:
@@ -217,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print one JSON object with text and stats as the last line")
     r.add_argument("--explain", action="store_true", help="print the cost model's prediction table and choice")
     add_gen_args(r)
+    cr.add_reasoning_format_arg(r)
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("chat", help="multi-turn chat (TUI; --plain for a line REPL)",
@@ -224,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(c, default_pair=True)
     c.add_argument("--plain", action="store_true", help="line-based REPL instead of the TUI")
     add_gen_args(c)
+    cr.add_reasoning_format_arg(c)
     c.set_defaults(func=cmd_chat)
 
     try:

@@ -24,6 +24,8 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 SOURCE_KINDS = ("hf", "pypi", "file", "derive")
+SAMPLING_FIELDS = ("temp", "top_k", "top_p", "min_p")
+SAMPLING_SETS = ("thinking", "non_thinking")  # [models.X.sampling.thinking] etc.; flat keys: both
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _REQUIRED = {"hf": ("repo", "filename"), "pypi": ("wheels",), "file": ("paths",),
              "derive": ("from", "quant")}
@@ -65,6 +67,8 @@ class ModelSpec:
     template: str | None = None
     params: str | None = None
     description: str = ""
+    # recommended sampling from the model card: {"default"|"thinking"|"non_thinking": {field: value}}
+    sampling: dict[str, dict[str, float]] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def derived(self) -> bool:
@@ -195,7 +199,44 @@ def _parse_model(path: Path, name: str, entry: Any) -> ModelSpec:
     return ModelSpec(name=name, file=file, sources=sources, size=size,
                      sha256=sha.lower() if sha else None, quant=entry.get("quant"),
                      template=entry.get("template"), params=entry.get("params"),
-                     description=entry.get("description", ""))
+                     description=entry.get("description", ""),
+                     sampling=_parse_sampling(where, entry.get("sampling")))
+
+
+def _parse_sampling(where: str, raw: Any) -> dict[str, dict[str, float]]:
+    """[models.X.sampling]: flat temp/top_k/top_p/min_p (any mode) and/or .thinking /
+    .non_thinking tables (thinking models: the model card's two sets)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: sampling must be a table")
+    out: dict[str, dict[str, float]] = {}
+    flat = {k: v for k, v in raw.items() if k not in SAMPLING_SETS}
+    if flat:
+        out["default"] = _sampling_set(f"{where} sampling", flat)
+    for name in SAMPLING_SETS:
+        if name in raw:
+            if not isinstance(raw[name], dict):
+                raise ConfigError(f"{where}: sampling.{name} must be a table")
+            out[name] = _sampling_set(f"{where} sampling.{name}", raw[name])
+    return out
+
+
+def _sampling_set(where: str, raw: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, value in raw.items():
+        if key not in SAMPLING_FIELDS:
+            raise ConfigError(f"{where}: unknown key {key!r} (one of {', '.join(SAMPLING_FIELDS)}, "
+                              f"or tables {', '.join(SAMPLING_SETS)})")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: {key} must be a number")
+        if key == "top_k" and (not float(value).is_integer() or value < 0):
+            raise ConfigError(f"{where}: top_k must be an integer >= 0")
+        ok = {"temp": value >= 0, "top_k": True, "top_p": 0 < value <= 1, "min_p": 0 <= value < 1}[key]
+        if not ok:
+            raise ConfigError(f"{where}: {key} = {value} is out of range")
+        out[key] = int(value) if key == "top_k" else float(value)
+    return out
 
 
 def _parse_source(path: Path, where: str, raw: Any) -> Source:

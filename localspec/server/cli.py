@@ -18,6 +18,7 @@ from pathlib import Path
 
 from localspec.cli_args import add_gen_args, add_model_args, gen_config, session_options
 from localspec.cli_input import MAX_TOKENS, check_options
+from localspec.cli_reasoning import add_reasoning_format_arg, budget_of, template_kwargs_of
 from localspec.errors import ConfigError, LocalspecError
 
 
@@ -43,6 +44,7 @@ def register(sub) -> None:
     g.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="uvicorn's log level (info logs each request)")
     add_gen_args(s)
+    add_reasoning_format_arg(s, server=True)
     s.set_defaults(func=cmd_serve)
 
 
@@ -99,6 +101,7 @@ def _sigterm(signum, frame) -> None:
 def cmd_serve(a: argparse.Namespace) -> int:
     cfg = gen_config(a)
     _check(a)
+    budget = budget_of(a)
     try:
         import uvicorn
 
@@ -130,7 +133,9 @@ def cmd_serve(a: argparse.Namespace) -> int:
                               draft=model_id(draft) if draft else None, api_key=a.api_key or None,
                               max_queue=a.queue, max_body=a.max_body,
                               limits=Limits(cfg=cfg, n_ctx=opts.n_ctx or MAX_TOKENS, n_batch=opts.n_batch,
-                                            n_seq_max=opts.n_seq_max, lenient=a.ignore_unknown_fields))
+                                            n_seq_max=opts.n_seq_max, lenient=a.ignore_unknown_fields,
+                                            reasoning_format=a.reasoning_format, reasoning_budget=budget,
+                                            template_kwargs=template_kwargs_of(sess, a) or None))
         app = create_app(sess, config)
         # uvicorn's own timeout is only a backstop: _drain stops generations first, so cut-off
         # streams still end with a last chunk and [DONE]

@@ -28,6 +28,7 @@ from localspec.session import ProgressFn, Session
 from localspec.tui.help import HelpScreen
 from localspec.tui.stats import PanelInfo, render_stats
 from localspec.tui.status import StatusLine
+from localspec.tui.thinking import ThinkingBlocks
 from localspec.tui.transcript import STYLES, Transcript, Turn
 
 SessionFactory = Callable[[ProgressFn], Session]
@@ -97,6 +98,8 @@ class LocalspecApp(App[int]):
         Binding("ctrl+c", "interrupt", "Stop / quit", show=False, priority=True),
         Binding("f2", "cycle_method", "Method"),
         Binding("f3", "toggle_rejected", "Rejected"),
+        Binding("f4", "toggle_thinking", "Thinking", show=False),  # fold / unfold thinking blocks
+        Binding("f5", "cycle_reasoning", "Reasoning", show=False),  # next turn: auto / on / off
         Binding("ctrl+l", "new_chat", "New chat"),
         Binding("f1", "help", "Help"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
@@ -129,6 +132,7 @@ class LocalspecApp(App[int]):
         self._lock = threading.Lock()
         self._turn_views: list[tuple[Static, Static]] = []
         self._ctrl_c_at: float | None = None  # when the last unanswered Ctrl-C came
+        self.thinking = ThinkingBlocks()  # thinking models: reasoning blocks (tui/thinking.py)
 
     # --- layout ---------------------------------------------------------------------------
 
@@ -176,7 +180,7 @@ class LocalspecApp(App[int]):
 
     def _generate(self, session: Session, user_text: str, cfg: GenConfig) -> None:
         try:
-            for ev in session.chat(user_text, cfg):
+            for ev in session.chat(user_text, cfg, **self.thinking.chat_kwargs(session)):
                 self._post(ev)
         except Exception as exc:
             self._post(_Failed(describe_error(exc), loading=False))
@@ -222,6 +226,7 @@ class LocalspecApp(App[int]):
 
     def _on_event(self, ev: Event) -> None:
         self.transcript.apply(ev)
+        self.thinking.feed(len(self.transcript.turns) - 1, ev, self.session)
         if isinstance(ev, StatsUpdate):
             self.stats = ev.stats
         elif isinstance(ev, Done):
@@ -272,6 +277,7 @@ class LocalspecApp(App[int]):
         turn: Turn = self.transcript.turns[index]
         _, answer = self._turn_views[index]
         text = self.transcript.render_turn(turn, show_rejected=self.show_rejected)
+        text = self.thinking.render(index, turn, self.session, text, show_rejected=self.show_rejected)
         if not text.plain and self.generating and index == len(self._turn_views) - 1:
             text = Text("…", style=STYLES["note"])
         answer.update(text)
@@ -370,6 +376,14 @@ class LocalspecApp(App[int]):
             when += ": needs -K 2 or more (start chat with -K 2); with one draft use gbv"
         self.notify(f"method: {self.cfg.method}{when}", timeout=2)
 
+    def action_toggle_thinking(self) -> None:
+        self.thinking.folded = not self.thinking.folded
+        for i in range(len(self._turn_views)):
+            self._render_turn(i)
+
+    def action_cycle_reasoning(self) -> None:
+        self.notify(f"thinking for the next turn: {self.thinking.cycle_mode()}")
+
     def action_toggle_rejected(self) -> None:
         self.show_rejected = not self.show_rejected
         for i in range(len(self._turn_views)):
@@ -385,6 +399,7 @@ class LocalspecApp(App[int]):
             return
         self.session.reset()
         self.transcript = Transcript()
+        self.thinking.reset()
         self.info.turn_method = None
         for user, answer in self._turn_views:
             await user.remove()
