@@ -73,14 +73,19 @@ def _options(a: argparse.Namespace, cfg, draft: str | None):
 
 
 def _stats_line(st: Stats) -> str:
-    parts = [f"{st.n_tokens} tokens in {st.seconds:.2f}s = {st.tok_per_s:.1f} tok/s", f"method {st.method}"]
-    if st.method != "ar":
+    ran = st.ran or st.method
+    method = st.method if ran == st.method else f"{st.method} -> {ran}"
+    parts = [f"{st.n_tokens} tokens in {st.seconds:.2f}s = {st.tok_per_s:.1f} tok/s", f"method {method}"]
+    if ran != "ar":  # plain decoding: one token per target call, nothing drafted
         parts.append(f"K={st.K} L={st.L} block efficiency {st.block_efficiency:.2f}")
         parts.append(
             f"draft {st.draft_seconds:.2f}s / verify {st.verify_seconds:.2f}s / overhead {st.overhead_seconds:.2f}s"
         )
     parts.append(f"prompt {st.prompt_tokens} tok in {st.prompt_seconds:.2f}s")
-    return "[" + " | ".join(parts) + "]"
+    line = "[" + " | ".join(parts) + "]"
+    if st.method == "auto" and ran == "ar" and st.choice_note:
+        line += f"\n[auto ran plain decoding: {st.choice_note}]"  # why, and what would pay
+    return line
 
 
 def _stream(events: Iterable[Event], out=sys.stdout) -> Done:
@@ -119,6 +124,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     if cfg.method == "ar" and not a.explain:
         draft = None if a.draft is None else draft
     sess = open_session(target, draft, _options(a, cfg, draft))
+    cr.apply_model_sampling(sess, target, a, cfg)
     if a.explain:
         print(sess.explain(cfg), file=sys.stderr)
         print(cr.sampling_note(sess, target, a, cfg), file=sys.stderr)
@@ -169,8 +175,14 @@ def cmd_chat(a: argparse.Namespace) -> int:
             plain = True
     if not plain:
         # the TUI captures download output into its own progress bar (tui/app.py _load)
-        return run_tui(lambda progress: open_session(target, draft, opts, progress), cfg, "localspec chat")
+        def factory(progress):
+            sess = open_session(target, draft, opts, progress)
+            cr.apply_model_sampling(sess, target, a, cfg)
+            return sess
+
+        return run_tui(factory, cfg, "localspec chat")
     sess = open_session(target, draft, opts)
+    cr.apply_model_sampling(sess, target, a, cfg)
     print(f"localspec chat: {target} <- {draft} (method {cfg.method}); Ctrl-C stops a reply, Ctrl-D quits",
           file=sys.stderr)
     while True:
@@ -233,9 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_chat)
 
     try:
-        from localspec import cli_models
+        from localspec import cli_costs, cli_models
 
         cli_models.register(sub)
+        cli_costs.register(sub)
     except ImportError:  # pragma: no cover - during development only
         pass
     try:

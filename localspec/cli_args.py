@@ -41,12 +41,15 @@ def add_gen_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("-L", "--draft-len", "--spec-draft-n-max", "--draft-max", dest="L", type=int, default=None,
                    help="max draft tokens per iteration (default: auto/8)")
     g.add_argument("-n", "--n-predict", dest="n_predict", type=int, default=256, help="max tokens to generate")
-    g.add_argument("--temp", type=float, default=0.0, help="target temperature (0 = greedy, default)")
+    g.add_argument("--temp", type=float, default=0.0,
+                   help="target temperature; 0 = greedy. Default: the model's recommended sampling (registry "
+                   "entry, then the GGUF's general.sampling.* keys), else llama.cpp's T 0.8 / top-k 40 / "
+                   "top-p 0.95 / min-p 0.05; --explain says which set is in force")
     g.add_argument("--draft-temp", type=float, default=None,
                    help="draft sampling temperature (default: same as --temp); >0 keeps K>1 useful at T=0")
-    g.add_argument("--top-k", type=int, default=40, help="top-k (0 = off; default 40)")
-    g.add_argument("--top-p", type=float, default=0.95, help="top-p (1 = off; default 0.95)")
-    g.add_argument("--min-p", type=float, default=0.05, help="min-p (0 = off; default 0.05)")
+    g.add_argument("--top-k", type=int, default=40, help="top-k (0 = off; default: the model's, else 40)")
+    g.add_argument("--top-p", type=float, default=0.95, help="top-p (1 = off; default: the model's, else 0.95)")
+    g.add_argument("--min-p", type=float, default=0.05, help="min-p (0 = off; default: the model's, else 0.05)")
     g.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     g.add_argument("--no-dynamic-draft", action="store_true", help="auto: always draft L tokens (no calibrated per-token stop rule)")

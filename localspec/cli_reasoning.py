@@ -18,7 +18,7 @@ from typing import TextIO
 
 from localspec.config import GenConfig
 from localspec.errors import ConfigError
-from localspec.events import Accepted, Done, Event, Written
+from localspec.events import Accepted, Done, Event, Progress, Written
 from localspec.reasoning import (
     ReasoningSplitter,
     markers_of,
@@ -146,11 +146,25 @@ class Printer:
         self._close()
 
 
+def show_progress(ev: Event, err: TextIO) -> None:
+    """A Progress event (the cost model timing this machine, once) as one updating line on a
+    terminal, or its first and last step otherwise, on stderr: never silent for seconds."""
+    if not isinstance(ev, Progress):
+        return
+    done = ev.fraction >= 1.0
+    if err.isatty():
+        err.write(f"\r{ev.message}" + ("\n" if done else ""))
+    elif done or ev.message.split(":")[-1].strip().startswith("1/"):
+        err.write(ev.message + "\n")
+    err.flush()
+
+
 def print_run(run: ThinkingRun, fmt: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> Done:
     """Stream a ThinkingRun to the terminal; the Done event."""
     printer = Printer(fmt, out, err)
     done = None
     for ev in run:
+        show_progress(ev, err)
         if fmt == "none":
             printer.raw(ev)
         for p in run.take():
@@ -169,6 +183,7 @@ def print_events(events: Iterable[Event], splitter: ReasoningSplitter, fmt: str,
     printer = Printer(fmt, out, err)
     done = None
     for ev in events:
+        show_progress(ev, err)
         if fmt == "none":
             printer.raw(ev)
         pieces = splitter.feed(ev)
@@ -230,15 +245,19 @@ def model_sampling(session: Session, target: str | None, a: argparse.Namespace):
 
 
 def sampling_note(session: Session, target: str | None, a: argparse.Namespace, cfg: GenConfig) -> str:
-    """`--explain`'s sampling lines: the settings in force (and where they came from) and,
-    when it differs, what the model's registry entry / GGUF recommends."""
-    from localspec.sampling_defaults import FIELDS, FLAG_NAMES, ResolvedSampling
-
-    typed = typed_sampling(a)
-    in_force = ResolvedSampling(cfg.sampling, {f: f"flag {FLAG_NAMES[f]}" if typed[f] is not None else "CLI default"
-                                               for f in FIELDS})
+    """`--explain`'s sampling line: the settings in force and where each came from (a typed
+    flag, the registry's set for the thinking mode, the GGUF, llama.cpp's defaults)."""
     rec = model_sampling(session, target, a)
-    line = "in force: " + in_force.describe()
-    if rec.sampling != cfg.sampling:
-        line += "\nthe model's own: " + rec.describe()
+    line = "in force: " + rec.describe()
+    if rec.sampling != cfg.sampling:  # a frontend changed it after resolving
+        sp = cfg.sampling
+        line += f"; the turn runs with temp={sp.temp:g} top_k={sp.top_k} top_p={sp.top_p:g} min_p={sp.min_p:g}"
     return line
+
+
+def apply_model_sampling(session: Session, target: str | None, a: argparse.Namespace, cfg: GenConfig) -> None:
+    """Replace the sampling flags the user did not type by the model's own (in place: the TUI
+    and the server keep the same cfg object). Greedy is no longer the default: Qwen3's card
+    warns against it in thinking mode, and speculation is lossless at any temperature."""
+    cfg.sampling = model_sampling(session, target, a).sampling
+    cfg.sampling.validate()

@@ -127,6 +127,9 @@ def cmd_serve(a: argparse.Namespace) -> int:
                         progress=lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr))
     app = None
     try:
+        from localspec.cli_reasoning import apply_model_sampling
+
+        apply_model_sampling(sess, target, a, cfg)  # a request's own fields still win
         if cfg.method == "auto" and draft is not None:
             sess.explain(cfg)  # measure the cost curves now rather than during the first request
         config = ServerConfig(model_id=a.alias or model_id(target),
