@@ -67,8 +67,10 @@ examples:
 def _options(a: argparse.Namespace, cfg, draft: str | None):
     """SessionOptions from the flags, every number checked before a model loads."""
     opts = session_options(a)
-    for note in check_options(opts, cfg, has_draft=draft is not None):
-        print(f"note: {note}", file=sys.stderr)
+    notes = check_options(opts, cfg, has_draft=draft is not None)
+    for note in [*notes, getattr(a, "_pair_note", "")]:
+        if note:
+            print(f"note: {note}", file=sys.stderr)
     return opts
 
 
@@ -112,7 +114,24 @@ def _resolve_pair(a: argparse.Namespace, *, need_default: bool) -> tuple[str, st
         draft = draft or d
     if target is None:
         raise LocalspecError("no target model: pass -m/--target NAME_OR_PATH (see `localspec models list`)")
+    if draft is None and getattr(a, "method", "auto") == "auto":
+        draft, a._pair_note = _registry_draft(target)
     return target, draft
+
+
+def _registry_draft(target: str) -> tuple[str | None, str]:
+    """-md omitted: the registry's draft for this target when it is cached (used), else
+    None with a one-line hint naming it. The note is printed once the flags are checked."""
+    from localspec.models.registry import paired_draft
+    from localspec.models.resolve import model_path
+
+    name = paired_draft(target)
+    if name is None:
+        return None, ""
+    if model_path(name).is_file():
+        return name, f"no -md given: drafting with {name}, the registry's draft for this target"
+    return None, (f"no -md given, so no speculation; the registry pairs this target with {name}: "
+                  f"`localspec models fetch {name}`, then -md {name}")
 
 
 def cmd_run(a: argparse.Namespace) -> int:

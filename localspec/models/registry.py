@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from localspec.errors import ConfigError, ModelNotFoundError
+from localspec.errors import ConfigError, LocalspecError, ModelNotFoundError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -310,3 +310,17 @@ def _check_derive(path: Path, spec: ModelSpec, models: dict[str, ModelSpec],
             loop = " -> ".join((*chain, parent))
             raise ConfigError(f"{path} [models.{chain[0]!r}]: derivation loops ({loop})")
         _check_derive(path, models[parent], models, chain)
+
+
+def paired_draft(target: str) -> str | None:
+    """The registry's draft for a target given by name or by a .gguf path whose file name is
+    a registry entry's (the user's own copy of Qwen3-32B-Q4_K_M.gguf finds qwen3-1.7b)."""
+    try:
+        reg = registry()
+    except LocalspecError:
+        return None
+    name = target if target in reg.models else next(
+        (n for n, m in reg.models.items() if m.file == Path(target).name), None)
+    if name is None:
+        return None
+    return next((p.draft for p in reg.pairs.values() if p.target == name), None)
