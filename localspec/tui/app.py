@@ -9,11 +9,10 @@ costs ~20 renders a second, not one per token.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -22,10 +21,21 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Header, Input, ProgressBar, Static
 
 from localspec.config import METHODS, GenConfig
-from localspec.errors import LocalspecError
-from localspec.events import Done, Event, Stats, StatsUpdate
+from localspec.events import Done, Event, Progress, Stats, StatsUpdate
 from localspec.session import ProgressFn, Session
 from localspec.tui.help import HelpScreen
+from localspec.tui.inbox import (
+    BAR_WIDTH,
+    CTRL_C_WINDOW,
+    DONE_NOTES,
+    Inbox,
+    _Failed,
+    _Finished,
+    _Loaded,
+    _Progress,
+    describe_error,
+    short_name,
+)
 from localspec.tui.stats import PanelInfo, render_stats
 from localspec.tui.status import StatusLine
 from localspec.tui.thinking import ThinkingBlocks
@@ -33,52 +43,6 @@ from localspec.tui.transcript import STYLES, Transcript, Turn
 
 SessionFactory = Callable[[ProgressFn], Session]
 """Called in a worker thread with a progress callback; returns a loaded Session."""
-
-
-@dataclass
-class _Progress:
-    message: str
-    fraction: float
-
-
-@dataclass
-class _Loaded:
-    session: Session
-
-
-@dataclass
-class _Failed:
-    message: str
-    loading: bool
-
-
-@dataclass
-class _Finished:
-    """The generation worker returned (with or without a Done event)."""
-
-
-Inbox = Event | _Progress | _Loaded | _Failed | _Finished
-
-BAR_WIDTH = 24  # the side panel is 40 columns wide (app.tcss)
-CTRL_C_WINDOW = 3.0  # seconds in which a second Ctrl-C quits
-
-DONE_NOTES = {
-    "interrupted": "⏹ stopped",
-    "max_tokens": "… n_predict reached",
-    "context_full": "⚠ context full",
-}
-
-
-def short_name(name: str | None) -> str | None:
-    """A model path is shown by its file name: the panel is 40 columns wide."""
-    return re.split(r"[\\/]", name)[-1] if name else name
-
-
-def describe_error(exc: BaseException) -> str:
-    """A readable one-liner: LocalspecError messages already name the fix."""
-    if isinstance(exc, LocalspecError):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"
 
 
 class PromptInput(Input):
@@ -211,6 +175,12 @@ class LocalspecApp(App[int]):
             elif isinstance(item, _Failed):
                 self._on_failed(item)
                 turn_dirty = stats_dirty = True
+            elif isinstance(item, Progress):  # the cost model timing this machine, once
+                status = self.query_one("#status", StatusLine)
+                if item.fraction >= 1.0:
+                    status.clear()
+                else:
+                    status.say(item.message, seconds=60.0)
             elif isinstance(item, _Finished):
                 self.generating = False
                 self.info.state = "ready"
