@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable
 
 from localspec import __version__
 from localspec import cli_reasoning as cr
@@ -16,7 +15,7 @@ from localspec.cli_args import add_gen_args, add_model_args, gen_config, session
 from localspec.cli_input import check_options, read_prompt
 from localspec.cli_parser import HelpFormatter, Parser
 from localspec.errors import LocalspecError
-from localspec.events import Done, Event, Stats
+from localspec.events import Stats
 
 EPILOG = """examples:
   localspec chat                                   # default pair, fetched on first use
@@ -67,11 +66,15 @@ examples:
 def _options(a: argparse.Namespace, cfg, draft: str | None):
     """SessionOptions from the flags, every number checked before a model loads."""
     opts = session_options(a)
-    notes = check_options(opts, cfg, has_draft=draft is not None)
-    for note in [*notes, getattr(a, "_pair_note", "")]:
-        if note:
-            print(f"note: {note}", file=sys.stderr)
+    for note in check_options(opts, cfg, has_draft=draft is not None):
+        print(f"note: {note}", file=sys.stderr)
     return opts
+
+
+def _pair_note(a: argparse.Namespace) -> None:
+    """Said once the models loaded (a load error stays the only line on stderr)."""
+    if getattr(a, "_pair_note", ""):
+        print(f"note: {a._pair_note}", file=sys.stderr)
 
 
 def _stats_line(st: Stats) -> str:
@@ -88,21 +91,6 @@ def _stats_line(st: Stats) -> str:
     if st.method == "auto" and ran == "ar" and st.choice_note:
         line += f"\n[auto ran plain decoding: {st.choice_note}]"  # why, and what would pay
     return line
-
-
-def _stream(events: Iterable[Event], out=sys.stdout) -> Done:
-    """Print visible text as it arrives; return the Done event."""
-    from localspec.events import Accepted, Written
-
-    done = None
-    for ev in events:
-        if isinstance(ev, Accepted | Written) and ev.text:
-            out.write(ev.text)
-            out.flush()
-        elif isinstance(ev, Done):
-            done = ev
-    assert done is not None
-    return done
 
 
 def _resolve_pair(a: argparse.Namespace, *, need_default: bool) -> tuple[str, str | None]:
@@ -143,6 +131,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     if cfg.method == "ar" and not a.explain:
         draft = None if a.draft is None else draft
     sess = open_session(target, draft, _options(a, cfg, draft))
+    _pair_note(a)
     cr.apply_model_sampling(sess, target, a, cfg)
     if a.explain:
         print(sess.explain(cfg), file=sys.stderr)
@@ -201,6 +190,7 @@ def cmd_chat(a: argparse.Namespace) -> int:
 
         return run_tui(factory, cfg, "localspec chat")
     sess = open_session(target, draft, opts)
+    _pair_note(a)
     cr.apply_model_sampling(sess, target, a, cfg)
     print(f"localspec chat: {target} <- {draft} (method {cfg.method}); Ctrl-C stops a reply, Ctrl-D quits",
           file=sys.stderr)

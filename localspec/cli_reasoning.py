@@ -159,8 +159,9 @@ def show_progress(ev: Event, err: TextIO) -> None:
     err.flush()
 
 
-def print_run(run: ThinkingRun, fmt: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> Done:
+def print_run(run: ThinkingRun, fmt: str, out: TextIO | None = None, err: TextIO | None = None) -> Done:
     """Stream a ThinkingRun to the terminal; the Done event."""
+    out, err = out or sys.stdout, err or sys.stderr  # looked up now: tests and pipes swap them
     printer = Printer(fmt, out, err)
     done = None
     for ev in run:
@@ -178,8 +179,9 @@ def print_run(run: ThinkingRun, fmt: str, out: TextIO = sys.stdout, err: TextIO 
 
 
 def print_events(events: Iterable[Event], splitter: ReasoningSplitter, fmt: str,
-                 out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> Done:
+                 out: TextIO | None = None, err: TextIO | None = None) -> Done:
     """Stream plain events (e.g. Session.chat's) through a splitter."""
+    out, err = out or sys.stdout, err or sys.stderr  # looked up now: tests and pipes swap them
     printer = Printer(fmt, out, err)
     done = None
     for ev in events:
@@ -199,8 +201,9 @@ def print_events(events: Iterable[Event], splitter: ReasoningSplitter, fmt: str,
 
 
 def run_answer(session: Session, prompt: str, cfg: GenConfig, a: argparse.Namespace,
-               out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> tuple[Done, ThinkingRun]:
+               out: TextIO | None = None, err: TextIO | None = None) -> tuple[Done, ThinkingRun]:
     """`run`'s generation: the prompt (chat-templated unless --raw) with the thinking flags."""
+    out, err = out or sys.stdout, err or sys.stderr  # looked up now: tests and pipes swap them
     kwargs = None if a.raw else template_kwargs_of(session, a)
     p = prompt if a.raw else [{"role": "user", "content": prompt}]
     run = think(session, p, cfg, template_kwargs=kwargs, budget=budget_of(a))
@@ -227,8 +230,9 @@ def summary(run: ThinkingRun, speculative: bool) -> str | None:
 
 
 def chat_turn(session: Session, line: str, cfg: GenConfig, a: argparse.Namespace,
-              out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> Done:
+              out: TextIO | None = None, err: TextIO | None = None) -> Done:
     """One REPL turn: Session.chat with the thinking flags, printed split."""
+    out, err = out or sys.stdout, err or sys.stderr  # looked up now: tests and pipes swap them
     kwargs = template_kwargs_of(session, a)
     events = session.chat(line, cfg, template_kwargs=kwargs, reasoning_budget=budget_of(a))
     splitter = ReasoningSplitter(markers_of(session), opens_block(session, kwargs))

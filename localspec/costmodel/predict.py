@@ -64,6 +64,7 @@ class CostModel:
     overhead: float = 0.0015  # seconds of Python work per iteration (updated from runs)
     acceptance: Acceptance = field(default_factory=Acceptance)
     acceptance_path: Path | None = None
+    ar_checks: int = 0  # plain steps auto took to see the AR cost live (bounded: decode/auto.py)
 
     def save_acceptance(self) -> None:
         if self.acceptance_path is not None:

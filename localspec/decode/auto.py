@@ -21,6 +21,7 @@ from localspec.verify import NumpyRNG
 RECHECK_EVERY = 8  # speculative iterations between re-decisions
 PROBE_EVERY = 32  # AR tokens between speculative probes (only if speculation could pay)
 FIRST_PROBE = 4  # with little evidence about this pair, probe early
+AR_CHECKS = 3  # plain steps a cost model may take to see the AR cost live (per session)
 
 
 def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
@@ -45,6 +46,12 @@ def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
         f"(alpha={cm.acceptance.alpha:.2f}, predicted {best.tok_per_s / ar:.2f}x AR at L={best.L})"
     )
     return SpecSettings(best.method, best.K, cap, cm.draft_stop(best, per_draft), per_draft)
+
+
+def _needs_ar(cm: CostModel) -> bool:
+    """Whether the AR cost decisions compare with still lacks live evidence (a few checks
+    per session at most: a cost model fed no live timings must not turn auto into AR)."""
+    return cm.target.needs_samples(1) and cm.ar_checks < AR_CHECKS
 
 
 def _ran(settings: SpecSettings | None) -> str:
@@ -74,7 +81,9 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
         # before re-deciding, make sure the AR cost it compares with was seen live at least
         # a few times (a speculating turn never decodes one token alone, and a cached AR
         # cost that lies would otherwise never be corrected): a few AR steps per session
-        check_ar = settings is not None and since >= RECHECK_EVERY and cm.target.needs_samples(1)
+        check_ar = settings is not None and since >= RECHECK_EVERY and _needs_ar(cm)
+        if check_ar:
+            cm.ar_checks += 1
         if (settings is not None or probe) and not check_ar:
             st = settings or SpecSettings("sd" if turn.cfg.sampling.temp <= 0 else "gbv", 1, 4)
             res = spec_iteration(turn, st, proposer, rng)
@@ -89,7 +98,7 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
             turn.emitter.close("context_full")
             return
         since += 1
-        if (settings is not None and since >= RECHECK_EVERY and not cm.target.needs_samples(1)) or probe:
+        if (settings is not None and since >= RECHECK_EVERY and not _needs_ar(cm)) or probe:
             settings = _decide(cm, turn)
             since = 0
             now = _ran(settings)
