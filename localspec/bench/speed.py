@@ -72,7 +72,8 @@ def table(results: list[Run], labels: list[str], prompts: list[str], peer_label:
             "speedup_vs_ar": median(sp),
             "vs_peer": median(vp) if vp else None,
             "block_efficiency": median(be) if be else None,  # None: not reported (the peer)
-            "mean_tau": median([r.mean_accepted for r in rs]) if its else None,
+            # AR drafts nothing: no tau to show (its block efficiency is exactly 1)
+            "mean_tau": median([r.mean_accepted for r in rs]) if its and lab != "ar" else None,
             "draft_s": sum(r.draft_s for r in rs),
             "verify_s": sum(r.verify_s for r in rs),
             "overhead_s": sum(r.overhead_s for r in rs),
