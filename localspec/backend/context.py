@@ -123,6 +123,12 @@ class Context:
             return
         t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(self.ptr, b.raw)
+        if rc == 0:
+            # llama_decode only queues the graph on GPU and RPC backends (the logits read
+            # waits for it): wait here, so a decode's time is its cost (the cost model's
+            # curves and live timings) and not billed to whatever reads the logits next.
+            # Every caller reads logits right after, so nothing overlaps that this stops.
+            llama_cpp.llama_synchronize(self.ptr)
         if self.on_decode is not None and rc == 0 and b.n_outputs == b.n:
             # a free measurement of what an n-token decode costs right now (the cost model
             # heals its curves from these)
