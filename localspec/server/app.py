@@ -190,13 +190,23 @@ async def _read_json(request: Request, limit: int) -> object:
 
 
 async def _next(job: Job, request: Request) -> tuple:
-    """The job's next item; raises ClientGone if the client disconnects while waiting."""
+    """The job's next item; raises ClientGone if the client disconnects while waiting or
+    while items keep coming (checked at most every POLL_SECONDS either way: a non-streaming
+    client that gives up must stop its generation even when tokens flow without a pause)."""
+    now = time.monotonic()
+    if now - getattr(request.state, "polled", now) >= POLL_SECONDS:
+        request.state.polled = now
+        if await request.is_disconnected():
+            raise ClientGone()
+    elif not hasattr(request.state, "polled"):
+        request.state.polled = now
     getter = asyncio.ensure_future(job.items.get())
     try:
         while True:
             done, _ = await asyncio.wait({getter}, timeout=POLL_SECONDS)
             if done:
                 return getter.result()
+            request.state.polled = time.monotonic()
             if await request.is_disconnected():
                 raise ClientGone()
     finally:
