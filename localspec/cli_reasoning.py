@@ -161,26 +161,19 @@ def show_progress(ev: Event, err: TextIO) -> None:
 
 def print_run(run: ThinkingRun, fmt: str, out: TextIO | None = None, err: TextIO | None = None) -> Done:
     """Stream a ThinkingRun to the terminal; the Done event."""
-    out, err = out or sys.stdout, err or sys.stderr  # looked up now: tests and pipes swap them
-    printer = Printer(fmt, out, err)
-    done = None
-    for ev in run:
-        show_progress(ev, err)
-        if fmt == "none":
-            printer.raw(ev)
-        for p in run.take():
-            if fmt != "none":
-                printer.piece(p.segment, p.text)
-        if isinstance(ev, Done):
-            done = ev
-    printer.end()
-    assert done is not None
-    return done
+    return _print(run, lambda ev: run.take(), fmt, out, err)
 
 
 def print_events(events: Iterable[Event], splitter: ReasoningSplitter, fmt: str,
                  out: TextIO | None = None, err: TextIO | None = None) -> Done:
     """Stream plain events (e.g. Session.chat's) through a splitter."""
+    return _print(events, lambda ev: splitter.feed(ev) + (splitter.finish() if isinstance(ev, Done) else []),
+                  fmt, out, err)
+
+
+def _print(events: Iterable[Event], pieces_of, fmt: str, out: TextIO | None, err: TextIO | None) -> Done:
+    """The one printing loop: progress on stderr, each event's (segment, text) pieces to the
+    printer (or raw events for --reasoning-format none); returns the Done event."""
     out, err = out or sys.stdout, err or sys.stderr  # looked up now: tests and pipes swap them
     printer = Printer(fmt, out, err)
     done = None
@@ -188,13 +181,12 @@ def print_events(events: Iterable[Event], splitter: ReasoningSplitter, fmt: str,
         show_progress(ev, err)
         if fmt == "none":
             printer.raw(ev)
-        pieces = splitter.feed(ev)
-        if isinstance(ev, Done):
-            pieces += splitter.finish()
-            done = ev
+        pieces = pieces_of(ev)  # always taken: the splitter/run keep their state in step
         if fmt != "none":
             for p in pieces:
                 printer.piece(p.segment, p.text)
+        if isinstance(ev, Done):
+            done = ev
     printer.end()
     assert done is not None
     return done

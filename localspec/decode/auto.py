@@ -48,6 +48,11 @@ def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
     return SpecSettings(best.method, best.K, cap, cm.draft_stop(best, per_draft), per_draft)
 
 
+def _could_pay(cm: CostModel) -> bool:
+    """Whether speculation could beat AR at all here (a near-perfect draft, K = 1, L = 8)."""
+    return cm.expected_tokens(1, 8, alpha=0.95) / cm.iteration_seconds(1, 8) > cm.ar()
+
+
 def _needs_ar(cm: CostModel) -> bool:
     """Whether the AR cost decisions compare with still lacks live evidence (a few checks
     per session at most: a cost model fed no live timings must not turn auto into AR)."""
@@ -74,10 +79,9 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
     turn.stats.ar_estimate = cm.ar()
     since = 0
     while not turn.should_stop():
-        # re-read every iteration: the curves heal from live timings as the turn runs
-        could_pay = cm.expected_tokens(1, 8, alpha=0.95) / cm.iteration_seconds(1, 8) > cm.ar()
         wait = FIRST_PROBE if cm.acceptance.trials < 16 else PROBE_EVERY
-        probe = settings is None and could_pay and since >= wait
+        # read when a probe is due (the curves heal as the turn runs), not on every iteration
+        probe = settings is None and since >= wait and _could_pay(cm)
         # before re-deciding, make sure the AR cost it compares with was seen live at least
         # a few times (a speculating turn never decodes one token alone, and a cached AR
         # cost that lies would otherwise never be corrected): a few AR steps per session

@@ -37,8 +37,11 @@ def score(tgt: KVState, trie: DraftTrie) -> list[int]:
     return rows + [root]
 
 
-def verify_block(turn: Turn, trie: DraftTrie, rows: list[int], method: str, rng: NumpyRNG) -> Decision:
-    """The target's rows along every draft (read once per trie node) -> the verifier's decision."""
+def verify_block(
+    turn: Turn, trie: DraftTrie, x: np.ndarray, rows: list[int], method: str, rng: NumpyRNG
+) -> Decision:
+    """The target's rows along every draft (read once per trie node) -> the verifier's
+    decision on the drafts x (trie.tokens())."""
     K = trie.K
     out_rows = [[rows[-1]] + [rows[n] for n in trie.path[k]] for k in range(K)]  # (K, len+1) output rows
     logits = turn.target.ctx.logits_all()
@@ -50,7 +53,7 @@ def verify_block(turn: Turn, trie: DraftTrie, rows: list[int], method: str, rng:
     else:
         tgt_rows = {r: transform_row(logits[r], turn.cfg.sampling) for r in needed}
     p_rows = [[tgt_rows[r] for r in rk] for rk in out_rows]
-    return verify_rows(method, rng, p_rows, trie.q, trie.tokens())
+    return verify_rows(method, rng, p_rows, trie.q, x)
 
 
 @dataclass
@@ -93,8 +96,8 @@ def spec_iteration(turn: Turn, st: SpecSettings, proposer: Proposer, rng: NumpyR
     t1 = time.perf_counter()
     rows = score(tgt, trie)
     t2 = time.perf_counter()
-    d = verify_block(turn, trie, rows, st.method, rng)
     x = trie.tokens()
+    d = verify_block(turn, trie, x, rows, st.method, rng)
     own = trie.length(d.k)
     acc = [int(t) for t in x[d.k, : d.tau]]
     tgt.commit(acc, d.token, seq=d.k + 1)
