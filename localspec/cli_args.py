@@ -23,7 +23,7 @@ def add_model_args(p: argparse.ArgumentParser, *, default_pair: bool) -> None:
     g.add_argument("--batch", "-b", type=int, default=512, help="max tokens per llama_decode (default 512; at least 16, and what the method "
                    "puts in one target batch: K x L + 2, 64 for auto)")
     g.add_argument("--threads", "-t", type=int, default=None, help="CPU threads (default and 0: all cores, max 8)")
-    g.add_argument("--verbose", action="store_true", help="show llama.cpp's own logs")
+    g.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's own logs (as llama.cpp's -v: where the layers went, buffer sizes)")
     g.add_argument("--recalibrate", action="store_true",
                    help="re-time the cost model's curves at every batch size before deciding (they are "
                    "otherwise timed once, quickly, and healed from live timings; see `localspec costs`)")

@@ -105,6 +105,9 @@ class Stats:
     choice_note: str = ""
     ran: str = ""  # what actually ran ("ar", "sd K=1 L<=16", "auto: ar then sd"); set by the loop
     ar_estimate: float = 0.0  # the cost model's AR tok/s on this machine (0 = unknown)
+    # auto: the speedup over AR the cost model predicted at each decision (1.0 = it chose AR),
+    # so a bench can set what it promised beside what it measured
+    predicted: list[float] = field(default_factory=list)
 
     @property
     def tok_per_s(self) -> float:
@@ -147,6 +150,7 @@ class Stats:
         s.accepted_lengths = list(self.accepted_lengths)
         s.position_accepts = list(self.position_accepts)
         s.position_trials = list(self.position_trials)
+        s.predicted = list(self.predicted)
         return s
 
     def to_json(self) -> dict:

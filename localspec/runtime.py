@@ -16,6 +16,7 @@ import numpy as np
 from localspec import costmodel
 from localspec.backend import Context, Model, check_vocab_compat
 from localspec.backend.chat import ChatTemplate
+from localspec.backend.logs import configure_logging
 from localspec.backend.offload import plan_pair
 from localspec.config import GenConfig
 from localspec.costmodel import CostModel
@@ -61,6 +62,7 @@ def load_session(
     tpath = _resolve(target, progress)
     dpath = _resolve(draft, progress) if draft else None
     say(f"loading {target}", 0.3)
+    configure_logging(options.verbose)  # -v shows the backends' start-up lines too
     plan = plan_pair(options, tpath, dpath)  # where layers go (GPU offload), draft first
     tmodel = Model(tpath, verbose=options.verbose, load=options.target_load, placement=plan.target)
     dmodel = None

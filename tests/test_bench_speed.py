@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from localspec.bench.runner import Run
-from localspec.bench.speed import multi_vs_single, parse_grid
+from localspec.bench.speed import multi_vs_single, parse_grid, predicted_vs_measured
 
 
 def test_grid_makes_single_draft_methods_k1_and_dedupes() -> None:
@@ -57,3 +57,26 @@ def test_multi_vs_single_is_empty_without_multi_draft_columns() -> None:
     configs = parse_grid(["auto", "sd"], ["1:4"])
     md, out = multi_vs_single([_run("sd K=1 L=4", "a", 100, 25, 2.0)], configs)
     assert md == "" and out == {}
+
+
+def test_predicted_vs_measured_sets_the_cost_models_promise_beside_the_result() -> None:
+    def auto(prompt: str, tok_s: float, predicted: list[float]) -> Run:
+        r = Run("", prompt, "auto", 1, 8, 0.0, tok_s, 100, 20, label="auto")
+        r.extra["predicted"] = predicted
+        return r
+
+    results = [
+        Run("", "a", "ar", 1, 0, 0.0, 10.0, label="ar"), Run("", "b", "ar", 1, 0, 0.0, 5.0, label="ar"),
+        auto("a", 20.0, [1.5, 2.5]),  # measured 2.0x, predicted 2.5x at the end
+        auto("b", 15.0, [1.5, 2.0, 3.0]),  # measured 3.0x, predicted 3.0x at the end
+        auto("c", 9.0, [2.0]),  # no AR run of this prompt: left out
+        Run("", "a", "sd", 1, 8, 0.0, 30.0, label="sd K=1 L=8"),  # not auto: no prediction
+    ]
+    md, out = predicted_vs_measured(results)
+    assert set(out) == {"auto"}
+    r = out["auto"]
+    assert r["predicted_first"] == pytest.approx(1.5) and r["predicted_last"] == pytest.approx(2.75)
+    assert r["measured"] == pytest.approx(2.5)
+    assert r["ratio"] == pytest.approx((2.0 / 2.5 + 1.0) / 2)
+    assert "| auto | 1.50x | 2.75x | 2.50x | 0.90 |" in md
+    assert predicted_vs_measured(results[:2]) == ("", {})

@@ -38,6 +38,9 @@ def lib() -> ctypes.CDLL:
     """The package's libggml (the one libllama is linked against: one registry), typed."""
     from llama_cpp._ggml import libggml
 
+    from localspec.backend import logs
+
+    logs.install()  # before the registry starts: its backends log while they probe
     for name, args, res in SIGNATURES:
         fn = getattr(libggml, name)
         fn.argtypes, fn.restype = args, res

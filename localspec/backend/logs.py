@@ -19,10 +19,19 @@ def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
             pass
 
 
+def install() -> None:
+    """Install the callback (quiet unless configured verbose) before ggml's first call:
+    backends log while the registry starts (a Vulkan build with no device says "No devices
+    found" on every start), and that must not reach a user who did not ask for -v."""
+    configure_logging(_state["verbose"])
+
+
 def configure_logging(verbose: bool) -> None:
     """Install the callback once (it must stay referenced) and set the verbosity."""
     _state["verbose"] = verbose
     if not _state["installed"]:
-        llama_cpp.llama_backend_init()
+        # the callback first: llama_backend_init may start ggml's backend registry, and the
+        # backends log as they start
         llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
         _state["installed"] = True

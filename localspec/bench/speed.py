@@ -125,6 +125,28 @@ def multi_vs_single(results: list[Run], configs: list[Spec]) -> tuple[str, dict]
     return ("\n".join(rows) if out else ""), out
 
 
+def predicted_vs_measured(results: list[Run]) -> tuple[str, dict]:
+    """For each `auto` column: the speedup over AR its cost model predicted (at its first
+    decision, before it saw the prompt, and at its last, after its acceptance estimate had
+    learned from it) beside the speedup measured against the AR run of the same prompt;
+    medians over prompts. This is how a bench checks the cost model, not just the engine."""
+    ar = {r.prompt_id: r.tok_per_s for r in results if r.label == "ar" and r.tok_per_s > 0}
+    cols: dict[str, list[tuple[float, float, float]]] = {}
+    for r in results:
+        pred = r.extra.get("predicted") or []
+        if r.method == "auto" and pred and r.prompt_id in ar:
+            cols.setdefault(r.label, []).append((pred[0], pred[-1], r.tok_per_s / ar[r.prompt_id]))
+    rows = ["| config | predicted at start | predicted at end | measured | measured / predicted (end) |",
+            "|---|---|---|---|---|"]
+    out: dict = {}
+    for lab, v in cols.items():
+        first, last, meas = (median([x[i] for x in v]) for i in range(3))
+        out[lab] = {"predicted_first": first, "predicted_last": last, "measured": meas,
+                    "ratio": median([x[2] / x[1] for x in v])}
+        rows.append(f"| {lab} | {first:.2f}x | {last:.2f}x | {meas:.2f}x | {out[lab]['ratio']:.2f} |")
+    return ("\n".join(rows) if out else ""), out
+
+
 def greedy_identical(results: list[Run]) -> dict[str, bool]:
     """{prompt id: every localspec column wrote the same text} (the last repeat's texts)."""
     texts: dict[str, dict[str, str]] = {}
@@ -173,6 +195,10 @@ def main(a: argparse.Namespace) -> int:
         print("\nK drafts vs one (sd) at the same L, pooled over prompts; the block-efficiency "
               "ratio is the most K drafts could gain if they cost nothing extra:")
         print(multi_md)
+    pred_md, pred = predicted_vs_measured(results)
+    if pred_md:
+        print("\nthe cost model's predicted speedup over AR vs the measured one (medians over prompts):")
+        print(pred_md)
     payload = {
         "machine": machine_info(a.threads),
         "target": target,
@@ -183,6 +209,7 @@ def main(a: argparse.Namespace) -> int:
         "greedy_identical": greedy_same,
         "table_markdown": md,
         "multi_vs_single": multi,
+        "predicted_vs_measured": pred,
         "interrupted": interrupted,
     }
     if a.out:
