@@ -224,6 +224,15 @@ def test_help_opens_and_escape_closes_it_without_stopping() -> None:
     run_app(app, body)
 
 
+def test_help_lists_every_key_the_app_binds() -> None:
+    from localspec.tui.app import LocalspecApp
+    from localspec.tui.help import KEYS
+
+    listed = {k.lower().replace("esc", "escape") for k, _ in KEYS}
+    bound = {b.key for b in LocalspecApp.BINDINGS}
+    assert bound <= listed, bound - listed
+
+
 def test_new_chat_resets_session_and_screen() -> None:
     app, fake = demo_app()
 

@@ -20,6 +20,8 @@ KEYS = (
     ("Ctrl+C", "stop the generation too; a second Ctrl+C within 3 s quits"),
     ("F2", "cycle the method for the next turn (auto, ar, sd, gbv, …, parse)"),
     ("F3", "show / hide rejected draft text"),
+    ("F4", "fold / unfold the thinking blocks of a thinking model"),
+    ("F5", "thinking for the next turn: auto, on, off (the template's enable_thinking)"),
     ("Ctrl+L", "new conversation (forgets the context)"),
     ("F1", "this help (Esc closes it)"),
     ("Ctrl+Q", "quit"),
