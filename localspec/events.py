@@ -108,6 +108,8 @@ class Stats:
     # auto: the speedup over AR the cost model predicted at each decision (1.0 = it chose AR),
     # so a bench can set what it promised beside what it measured
     predicted: list[float] = field(default_factory=list)
+    # ... and its two factors: tokens per iteration and seconds per iteration it expected
+    predicted_parts: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def tok_per_s(self) -> float:
@@ -151,6 +153,7 @@ class Stats:
         s.position_accepts = list(self.position_accepts)
         s.position_trials = list(self.position_trials)
         s.predicted = list(self.predicted)
+        s.predicted_parts = list(self.predicted_parts)
         return s
 
     def to_json(self) -> dict:

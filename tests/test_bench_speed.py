@@ -61,8 +61,10 @@ def test_multi_vs_single_is_empty_without_multi_draft_columns() -> None:
 
 def test_predicted_vs_measured_sets_the_cost_models_promise_beside_the_result() -> None:
     def auto(prompt: str, tok_s: float, predicted: list[float]) -> Run:
-        r = Run("", prompt, "auto", 1, 8, 0.0, tok_s, 100, 20, label="auto")
+        # 100 tokens in 20 target passes over 100 / tok_s seconds
+        r = Run("", prompt, "auto", 1, 8, 0.0, tok_s, 100, 20, seconds=100 / tok_s, label="auto")
         r.extra["predicted"] = predicted
+        r.extra["predicted_parts"] = [[4.0, 0.5]] * (len(predicted) - 1) + [[6.0, 0.2]]
         return r
 
     results = [
@@ -78,5 +80,7 @@ def test_predicted_vs_measured_sets_the_cost_models_promise_beside_the_result() 
     assert r["predicted_first"] == pytest.approx(1.5) and r["predicted_last"] == pytest.approx(2.75)
     assert r["measured"] == pytest.approx(2.5)
     assert r["ratio"] == pytest.approx((2.0 / 2.5 + 1.0) / 2)
-    assert "| auto | 1.50x | 2.75x | 2.50x | 0.90 |" in md
+    assert r["tokens_per_pass"] == pytest.approx([6.0, 5.0])  # the last prediction vs 100/20
+    assert r["seconds_per_pass"] == pytest.approx([0.2, (5 / 20 + 100 / 15 / 20) / 2])
+    assert "| auto | 1.50x | 2.75x | 2.50x | 0.90 | 6.00 / 5.00 | 200 / 292 |" in md
     assert predicted_vs_measured(results[:2]) == ("", {})

@@ -30,6 +30,19 @@ def test_a_slow_sample_never_replaces_a_quiet_one_but_a_persistent_state_wins() 
     assert c(4) == pytest.approx(0.016 * 3.0)  # sizes not seen live follow the level
 
 
+def test_a_size_timed_low_is_raised_by_a_window_that_says_so() -> None:
+    """A flat head (sizes 1-4 alike, timed 17 % low at 2) misprices the verify of short
+    drafts: a window of 8 live samples whose minimum is >10 % above raises it; samples 5 %
+    above (noise) never do."""
+    c = CostCurve([1, 2, 4], [0.0100, 0.0100, 0.0120])
+    for _ in range(20):
+        c.observe(2, 0.0105)
+    assert c(2) == pytest.approx(0.0100) and not c.healed
+    for i in range(8):
+        c.observe(2, 0.0117 + 0.0001 * (i % 2))
+    assert c(2) == pytest.approx(0.0117) and not c.stale
+
+
 def test_quiet_samples_lower_a_curve_at_once() -> None:
     c = CostCurve([1, 2, 4], [0.025, 0.030, 0.040])
     for s in (0.011, 0.010):

@@ -129,21 +129,30 @@ def predicted_vs_measured(results: list[Run]) -> tuple[str, dict]:
     """For each `auto` column: the speedup over AR its cost model predicted (at its first
     decision, before it saw the prompt, and at its last, after its acceptance estimate had
     learned from it) beside the speedup measured against the AR run of the same prompt;
-    medians over prompts. This is how a bench checks the cost model, not just the engine."""
+    medians over prompts. The last prediction is split into its two factors, tokens per
+    target pass and seconds per pass, each beside its measured value, so a miss says
+    whether acceptance or cost was mispredicted. This is how a bench checks the cost model."""
     ar = {r.prompt_id: r.tok_per_s for r in results if r.label == "ar" and r.tok_per_s > 0}
-    cols: dict[str, list[tuple[float, float, float]]] = {}
+    cols: dict[str, list[tuple[float, ...]]] = {}
     for r in results:
-        pred = r.extra.get("predicted") or []
-        if r.method == "auto" and pred and r.prompt_id in ar:
-            cols.setdefault(r.label, []).append((pred[0], pred[-1], r.tok_per_s / ar[r.prompt_id]))
-    rows = ["| config | predicted at start | predicted at end | measured | measured / predicted (end) |",
-            "|---|---|---|---|---|"]
+        pred, parts = r.extra.get("predicted") or [], r.extra.get("predicted_parts") or []
+        if r.method != "auto" or not pred or r.prompt_id not in ar:
+            continue
+        e, sec = parts[-1] if parts else (float("nan"), float("nan"))
+        calls = r.target_calls or 1
+        cols.setdefault(r.label, []).append(
+            (pred[0], pred[-1], r.tok_per_s / ar[r.prompt_id], e, r.n_tokens / calls, sec, r.seconds / calls))
+    rows = ["| config | predicted at start | predicted at end | measured | measured / predicted (end) "
+            "| tokens per pass, predicted / measured | ms per pass, predicted / measured |",
+            "|---|---|---|---|---|---|---|"]
     out: dict = {}
     for lab, v in cols.items():
-        first, last, meas = (median([x[i] for x in v]) for i in range(3))
-        out[lab] = {"predicted_first": first, "predicted_last": last, "measured": meas,
-                    "ratio": median([x[2] / x[1] for x in v])}
-        rows.append(f"| {lab} | {first:.2f}x | {last:.2f}x | {meas:.2f}x | {out[lab]['ratio']:.2f} |")
+        m = [median([x[i] for x in v]) for i in range(7)]
+        out[lab] = {"predicted_first": m[0], "predicted_last": m[1], "measured": m[2],
+                    "ratio": median([x[2] / x[1] for x in v]), "tokens_per_pass": [m[3], m[4]],
+                    "seconds_per_pass": [m[5], m[6]]}
+        rows.append(f"| {lab} | {m[0]:.2f}x | {m[1]:.2f}x | {m[2]:.2f}x | {out[lab]['ratio']:.2f} "
+                    f"| {m[3]:.2f} / {m[4]:.2f} | {1e3 * m[5]:.0f} / {1e3 * m[6]:.0f} |")
     return ("\n".join(rows) if out else ""), out
 
 
