@@ -31,6 +31,25 @@ def test_cheap_draft_is_chosen_and_an_expensive_one_falls_back_to_ar() -> None:
     assert costly.choose(cfg)[0] is None
 
 
+def test_a_flat_gpu_verify_curve_makes_auto_pick_more_and_longer_drafts() -> None:
+    """On a GPU verifying 64 tokens costs about what 1 does: the same acceptance then pays
+    for more drafts and longer ones than on a CPU, where every verified token costs. The
+    choice comes from the curves alone (no CPU assumption): GPU-like and CPU-like curves,
+    same alpha, same config."""
+    from localspec.config import SamplingConfig
+
+    gpu = (linear(0.020, 0.00005), linear(0.002, 0.00002))
+    cpu = (linear(0.150, 0.010), linear(0.020, 0.008))
+    for temp in (0.0, 0.8):
+        cfg = GenConfig(method="auto", auto_K=True, auto_L=True, sampling=SamplingConfig(temp=temp))
+        g = CostModel(*gpu, acceptance=Acceptance(prior=0.7)).choose(cfg)[0]
+        c = CostModel(*cpu, acceptance=Acceptance(prior=0.7)).choose(cfg)[0]
+        assert g is not None and c is not None
+        assert g.L > c.L, (temp, g, c)
+        if temp > 0:  # sampled drafts: K > 1 is allowed, and the flat curve takes it
+            assert g.K > c.K >= 1 and g.method == "mdbv", (g, c)
+
+
 def test_calibration_learns_acceptance_per_confidence_bin() -> None:
     a = Acceptance()
     prior_low = a.accept_prob(0.15)

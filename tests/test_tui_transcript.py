@@ -173,6 +173,15 @@ def test_stats_panel_contents() -> None:
     assert "accepted length" in panel and "acceptance by position" in panel
 
 
+def test_stats_panel_shows_where_each_model_runs() -> None:
+    """The GPU/CPU split of each model (the session's placement), as `localspec devices` says it."""
+    info = PanelInfo(target_name="T", draft_name="D", method="auto", state="ready",
+                     placement={"target": "CUDA0 20 + CPU 45 of 65 layers", "draft": "CUDA0 29/29 layers"})
+    lines = render_stats(None, info).plain.splitlines()
+    assert any("target" in ln and "CUDA0 20 + CPU 45 of 65 layers" in ln for ln in lines)
+    assert any("draft" in ln and "CUDA0 29/29 layers" in ln for ln in lines)
+
+
 def test_stats_panel_before_any_generation() -> None:
     panel = render_stats(None, PanelInfo()).plain
     assert "no generation yet" in panel
