@@ -37,18 +37,12 @@ from localspec.tui.inbox import (
     short_name,
 )
 from localspec.tui.stats import PanelInfo, render_stats
-from localspec.tui.status import StatusLine
+from localspec.tui.status import PromptInput, StatusLine
 from localspec.tui.thinking import ThinkingBlocks
 from localspec.tui.transcript import STYLES, Transcript, Turn
 
 SessionFactory = Callable[[ProgressFn], Session]
 """Called in a worker thread with a progress callback; returns a loaded Session."""
-
-
-class PromptInput(Input):
-    """The input box; its Enter binding is shown so the footer lists 'Send'."""
-
-    BINDINGS = [Binding("enter", "submit", "Send", key_display="⏎")]
 
 
 class LocalspecApp(App[int]):
@@ -69,15 +63,9 @@ class LocalspecApp(App[int]):
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
 
-    def __init__(
-        self,
-        session_factory: SessionFactory,
-        cfg: GenConfig | None = None,
-        *,
-        title: str = "localspec",
-        flush_interval: float = 0.05,
-        show_rejected: bool = True,
-    ) -> None:
+    def __init__(self, session_factory: SessionFactory, cfg: GenConfig | None = None, *,
+                 title: str = "localspec", flush_interval: float = 0.05,
+                 show_rejected: bool = True) -> None:
         super().__init__()
         self.session_factory = session_factory
         self.cfg = cfg or GenConfig()
@@ -255,6 +243,10 @@ class LocalspecApp(App[int]):
         if conv.scroll_y >= conv.max_scroll_y - 2:
             self.call_after_refresh(conv.scroll_end, animate=False)
 
+    def _render_all(self) -> None:
+        for i in range(len(self._turn_views)):
+            self._render_turn(i)
+
     async def _add_turn_view(self, user_text: str) -> None:
         user = Static(Text.assemble(("you ", "bold reverse"), " ", user_text), classes="user")
         answer = Static(Text("…", style=STYLES["note"]), classes="answer")
@@ -348,16 +340,14 @@ class LocalspecApp(App[int]):
 
     def action_toggle_thinking(self) -> None:
         self.thinking.folded = not self.thinking.folded
-        for i in range(len(self._turn_views)):
-            self._render_turn(i)
+        self._render_all()
 
     def action_cycle_reasoning(self) -> None:
         self.notify(f"thinking for the next turn: {self.thinking.cycle_mode()}")
 
     def action_toggle_rejected(self) -> None:
         self.show_rejected = not self.show_rejected
-        for i in range(len(self._turn_views)):
-            self._render_turn(i)
+        self._render_all()
 
     async def action_new_chat(self) -> None:
         """Forget the conversation (session and screen); refused while generating."""

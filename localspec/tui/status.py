@@ -1,4 +1,4 @@
-"""The status line above the input box: one line that says why a key did nothing.
+"""The input row: the prompt box and, above it, a status line that says why a key did nothing.
 
 Why a line of its own and not a toast: a refused key (Ctrl+L while a reply is generating,
 Enter before the models loaded) must be explained where the eye already is, and must not
@@ -9,10 +9,18 @@ hidden.
 from __future__ import annotations
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.timer import Timer
-from textual.widgets import Static
+from textual.widgets import Input, Static
 
 STATUS_SECONDS = 6.0  # how long a message stays
+
+
+class PromptInput(Input):
+    """The input box under the status line; its Enter binding is shown so the footer
+    lists 'Send'."""
+
+    BINDINGS = [Binding("enter", "submit", "Send", key_display="⏎")]
 
 
 class StatusLine(Static):
