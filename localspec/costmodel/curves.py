@@ -36,9 +36,9 @@ WINDOW = 8  # live samples kept per size
 LOWER_AFTER = 2  # the min of this many recent samples below the curve lowers it
 RAISE_AFTER = 8  # ... a window of this many all above the curve by RAISE_BOUND raises it
 # 1.10, not more: a curve's 2-4-token head timed 17 % low (a noisy first estimate, flattened
-# by the monotone envelope) was never raised at 1.25 and made auto pick L=3 over the F16
-# target: 11.5 tok/s where the re-timed curve gave 13.8 (bench, issue 15). A window's minimum
-# is robust to contention (it only adds time), so 10 % above is a real difference.
+# by the monotone envelope) was never raised at 1.25 and priced short drafts too cheap (auto
+# chose L=3 on the F16 target; bench, issue 15). A window's minimum is robust to contention
+# (it only adds time), so 10 % above is a real difference.
 RAISE_BOUND = 1.10
 REMEASURE_BOUND = 1.5  # live vs measured beyond this factor: re-time at the next turn
 
