@@ -105,11 +105,10 @@ class Stats:
     choice_note: str = ""
     ran: str = ""  # what actually ran ("ar", "sd K=1 L<=16", "auto: ar then sd"); set by the loop
     ar_estimate: float = 0.0  # the cost model's AR tok/s on this machine (0 = unknown)
-    # auto: the speedup over AR the cost model predicted at each decision (1.0 = it chose AR),
-    # so a bench can set what it promised beside what it measured
-    predicted: list[float] = field(default_factory=list)
-    # ... and its two factors: tokens per iteration and seconds per iteration it expected
-    predicted_parts: list[tuple[float, float]] = field(default_factory=list)
+    # auto: what the cost model predicted at each decision, (speedup over AR, tokens per
+    # target pass, seconds per pass); (1.0, 1.0, an AR step) when it chose AR. A bench sets
+    # this promise beside what it measured.
+    predicted: list[tuple[float, float, float]] = field(default_factory=list)
 
     @property
     def tok_per_s(self) -> float:
@@ -153,7 +152,6 @@ class Stats:
         s.position_accepts = list(self.position_accepts)
         s.position_trials = list(self.position_trials)
         s.predicted = list(self.predicted)
-        s.predicted_parts = list(self.predicted_parts)
         return s
 
     def to_json(self) -> dict:

@@ -63,8 +63,8 @@ def test_predicted_vs_measured_sets_the_cost_models_promise_beside_the_result() 
     def auto(prompt: str, tok_s: float, predicted: list[float]) -> Run:
         # 100 tokens in 20 target passes over 100 / tok_s seconds
         r = Run("", prompt, "auto", 1, 8, 0.0, tok_s, 100, 20, seconds=100 / tok_s, label="auto")
-        r.extra["predicted"] = predicted
-        r.extra["predicted_parts"] = [[4.0, 0.5]] * (len(predicted) - 1) + [[6.0, 0.2]]
+        # (speedup, tokens per pass, seconds per pass) per decision; the last one's factors differ
+        r.extra["predicted"] = [[x, 4.0, 0.5] for x in predicted[:-1]] + [[predicted[-1], 6.0, 0.2]]
         return r
 
     results = [

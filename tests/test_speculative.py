@@ -146,7 +146,8 @@ def test_kv_invariant_with_per_draft_lengths(smollm2_path, smollm2_q4_0_path, mo
                n_predict=300, sampling=SamplingConfig(temp=0.8), seed=3)[-1]
     assert "per draft" in done.stats.choice_note and done.stats.iterations >= 20
     # every decision recorded its predicted speedup; the first one is what the note says
-    assert len(done.stats.predicted) >= 2 and done.stats.predicted[0] > 1.0
+    speedup, tokens, seconds = done.stats.predicted[0]
+    assert len(done.stats.predicted) >= 2 and speedup > 1.0 and tokens > 1.0 and seconds > 0.0
     assert sum(len(set(sh)) > 1 for sh in shapes) >= 5  # uneven drafts, many times
     for st, path in ((s.target, smollm2_path), (s.draft, smollm2_q4_0_path)):
         toks = st.committed
@@ -241,7 +242,7 @@ def test_auto_falls_back_to_ar_when_speculation_cannot_pay(smollm2_path, smollm2
     assert "choice: ar" in table and "sd" in table
     done = gen(s, PROMPTS[1], method="auto", n_predict=24, auto_K=True, auto_L=True)[-1]
     assert done.stats.choice_note.startswith("ar") and done.stats.ar_estimate > 0
-    assert done.stats.predicted and set(done.stats.predicted) == {1.0}  # AR promised AR's speed
+    assert done.stats.predicted and {p[:2] for p in done.stats.predicted} == {(1.0, 1.0)}  # AR promised AR's speed
     ar = gen(s, PROMPTS[1], method="ar", n_predict=24)[-1]
     assert done.text == ar.text
 

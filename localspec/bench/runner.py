@@ -188,8 +188,7 @@ class Runner:
             p.dataset, p.id, s.method, s.K, s.L, s.T, st.tok_per_s, st.n_tokens, st.target_calls,
             st.seconds, st.draft_seconds, st.verify_seconds, st.overhead_seconds, st.iterations, tau,
             done.reason, done.text, s.label, {"choice": st.choice_note, "method": st.method, "ran": st.ran,
-                                               "predicted": list(st.predicted),
-                                               "predicted_parts": [list(x) for x in st.predicted_parts]},
+                                               "predicted": [list(x) for x in st.predicted]},
         )  # fmt: skip
 
     def peer(self, p: Prompt, s: Spec, seed: int) -> Run:

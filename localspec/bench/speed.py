@@ -135,13 +135,13 @@ def predicted_vs_measured(results: list[Run]) -> tuple[str, dict]:
     ar = {r.prompt_id: r.tok_per_s for r in results if r.label == "ar" and r.tok_per_s > 0}
     cols: dict[str, list[tuple[float, ...]]] = {}
     for r in results:
-        pred, parts = r.extra.get("predicted") or [], r.extra.get("predicted_parts") or []
+        pred = r.extra.get("predicted") or []  # (speedup, tokens per pass, seconds per pass) per decision
         if r.method != "auto" or not pred or r.prompt_id not in ar:
             continue
-        e, sec = parts[-1] if parts else (float("nan"), float("nan"))
+        (first, *_), (last, e, sec) = pred[0], pred[-1]
         calls = r.target_calls or 1
         cols.setdefault(r.label, []).append(
-            (pred[0], pred[-1], r.tok_per_s / ar[r.prompt_id], e, r.n_tokens / calls, sec, r.seconds / calls))
+            (first, last, r.tok_per_s / ar[r.prompt_id], e, r.n_tokens / calls, sec, r.seconds / calls))
     rows = ["| config | predicted at start | predicted at end | measured | measured / predicted (end) "
             "| tokens per pass, predicted / measured | ms per pass, predicted / measured |",
             "|---|---|---|---|---|---|---|"]

@@ -26,8 +26,8 @@ AR_CHECKS = 3  # plain steps a cost model may take to see the AR cost live (per 
 
 def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
     best, ar = cm.choose(turn.cfg)
-    turn.stats.predicted.append(1.0 if best is None or ar <= 0 else best.tok_per_s / ar)
-    turn.stats.predicted_parts.append((1.0, cm.target(1)) if best is None else (best.expected_tokens, best.seconds))
+    turn.stats.predicted.append((1.0, 1.0, cm.target(1)) if best is None
+                                else (best.tok_per_s / ar, best.expected_tokens, best.seconds))
     if best is None:
         turn.stats.choice_note = (
             f"ar (alpha={cm.acceptance.alpha:.2f}: nothing predicted above {ar:.1f} tok/s); {cm.why_ar()}"
