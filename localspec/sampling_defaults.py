@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from localspec.config import SamplingConfig
 
@@ -61,22 +60,12 @@ def registry_sets(target: str | None) -> tuple[str, dict[str, dict[str, float]]]
     A path matches the entry whose `file` is its file name, so the user's own copy of
     Qwen3-8B-Q4_K_M.gguf gets the model card's sampling too. None when nothing matches.
     """
-    if not target:
-        return None
-    from localspec.errors import LocalspecError
-    from localspec.models.registry import registry
+    from localspec.models.registry import entry_for
 
-    try:
-        reg = registry()
-    except LocalspecError:
+    found = entry_for(target)
+    if found is None or not found[1].sampling:
         return None
-    spec = reg.models.get(target)
-    if spec is None:
-        name = Path(target).name
-        spec = next((m for m in reg.models.values() if m.file == name), None)
-    if spec is None or not spec.sampling:
-        return None
-    return spec.name, spec.sampling
+    return found[1].name, found[1].sampling
 
 
 def _gguf_value(meta: Mapping[str, str], f: str) -> float | None:

@@ -346,6 +346,12 @@ def test_registry_sampling_entries(local_registry, tmp_path):
         assert got[1]["non_thinking"] == {"temp": 0.7, "top_p": 0.8, "top_k": 20, "min_p": 0.0}
     assert registry_sets("/somewhere/else/Qwen3-8B-Q4_K_M.gguf")[0] == "qwen3-8b"  # a user's own copy
     assert registry_sets("qwen2.5-coder-1.5b") is None
+    # the same lookup finds the draft `-md` defaults to under auto (name or the user's own copy)
+    from localspec.models.registry import paired_draft
+
+    assert paired_draft("qwen3-32b") == "qwen3-1.7b"
+    assert paired_draft("/models/Qwen3-32B-Q4_K_M.gguf") == "qwen3-1.7b"
+    assert paired_draft("/models/unknown.gguf") is None
     entry = '[models.t]\nfile = "t.gguf"\n[[models.t.sources]]\ntype = "file"\npath = "t.gguf"\n'
     pairs = '[pairs.default]\ntarget = "t"\ndraft = "t"\n'
     local_registry(entry + "[models.t.sampling]\ntemp = 0.5\n[models.t.sampling.thinking]\ntop_k = 10\n" + pairs)
@@ -355,6 +361,8 @@ def test_registry_sampling_entries(local_registry, tmp_path):
         from localspec.models.registry import registry
 
         registry()
+    # a broken registry stops nothing that names a file: no entry, no paired draft
+    assert registry_sets("t") is None and paired_draft("t") is None
 
 
 # ------------------------------------------------------------------ vocab check

@@ -105,6 +105,15 @@ class Registry:
                 f"({self.path}).{hint} See `localspec models list`."
             ) from None
 
+    def entry_for(self, target: str) -> ModelSpec | None:
+        """The entry a target names: by registry name, or by a .gguf path whose file name is
+        an entry's (the user's own copy of Qwen3-32B-Q4_K_M.gguf is qwen3-32b). None: no match."""
+        spec = self.models.get(target)
+        if spec is None:
+            name = Path(target).name
+            spec = next((m for m in self.models.values() if m.file == name), None)
+        return spec
+
     def pair(self, name: str = "default") -> Pair:
         if name not in self.pairs:
             raise ConfigError(f"no pair {name!r} in {self.path}; known: {', '.join(self.pairs)}")
@@ -312,15 +321,24 @@ def _check_derive(path: Path, spec: ModelSpec, models: dict[str, ModelSpec],
         _check_derive(path, models[parent], models, chain)
 
 
-def paired_draft(target: str) -> str | None:
-    """The registry's draft for a target given by name or by a .gguf path whose file name is
-    a registry entry's (the user's own copy of Qwen3-32B-Q4_K_M.gguf finds qwen3-1.7b)."""
+def entry_for(target: str | None) -> tuple[Registry, ModelSpec] | None:
+    """Registry.entry_for on the registry in use; None also when the registry cannot be read
+    (a broken models.toml must not stop a run that names a .gguf path)."""
+    if not target:
+        return None
     try:
         reg = registry()
     except LocalspecError:
         return None
-    name = target if target in reg.models else next(
-        (n for n, m in reg.models.items() if m.file == Path(target).name), None)
-    if name is None:
+    spec = reg.entry_for(target)
+    return None if spec is None else (reg, spec)
+
+
+def paired_draft(target: str) -> str | None:
+    """The registry's draft for a target (by name or by its .gguf file name: the user's own
+    copy of Qwen3-32B-Q4_K_M.gguf finds qwen3-1.7b)."""
+    found = entry_for(target)
+    if found is None:
         return None
-    return next((p.draft for p in reg.pairs.values() if p.target == name), None)
+    reg, spec = found
+    return next((p.draft for p in reg.pairs.values() if p.target == spec.name), None)
