@@ -17,7 +17,6 @@ from collections.abc import Iterable
 from typing import TextIO
 
 from localspec.config import GenConfig
-from localspec.errors import ConfigError
 from localspec.events import Accepted, Done, Event, Progress, Written
 from localspec.reasoning import (
     ReasoningSplitter,
@@ -94,12 +93,9 @@ def typed_sampling(a: argparse.Namespace) -> dict[str, float | None]:
 
 
 def budget_of(a: argparse.Namespace) -> int | None:
+    """The budget, None for no limit (-1; values below were refused while parsing: _budget)."""
     n = getattr(a, "reasoning_budget", -1)
-    if n is None or n == -1:
-        return None
-    if n < -1:
-        raise ConfigError(f"--reasoning-budget must be -1 (no limit) or >= 0 (got {n})")
-    return n
+    return None if n is None or n == -1 else n
 
 
 def template_kwargs_of(session: Session, a: argparse.Namespace) -> dict[str, object]:

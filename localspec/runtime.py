@@ -174,12 +174,8 @@ class RuntimeSession:
 
     @property
     def placement(self) -> dict[str, str]:
-        out = {}
-        for role, m in (("target", self.target_model), ("draft", self.draft_model)):
-            pl = getattr(m, "placement", None) if m is not None else None
-            if m is not None:
-                out[role] = pl.summary() if pl is not None else "CPU"
-        return out
+        models = (("target", self.target_model), ("draft", self.draft_model))
+        return {role: m.placement.summary() for role, m in models if m is not None}
 
     @cached_property
     def think_markers(self) -> ThinkMarkers | None:

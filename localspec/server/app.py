@@ -194,12 +194,10 @@ async def _next(job: Job, request: Request) -> tuple:
     while items keep coming (checked at most every POLL_SECONDS either way: a non-streaming
     client that gives up must stop its generation even when tokens flow without a pause)."""
     now = time.monotonic()
-    if now - getattr(request.state, "polled", now) >= POLL_SECONDS:
+    if now - getattr(request.state, "polled", 0.0) >= POLL_SECONDS:  # the first call checks too
         request.state.polled = now
         if await request.is_disconnected():
             raise ClientGone()
-    elif not hasattr(request.state, "polled"):
-        request.state.polled = now
     getter = asyncio.ensure_future(job.items.get())
     try:
         while True:

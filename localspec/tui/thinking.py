@@ -117,7 +117,7 @@ class ThinkingBlocks:
         if markers is None or index < 0:
             return
         if index not in self._turns:
-            kwargs = thinking_kwargs(session, self.mode) if self.mode != "auto" else None  # type: ignore[arg-type]
+            kwargs = self.chat_kwargs(session).get("template_kwargs")  # type: ignore[arg-type]
             inside = opens_block(session, kwargs)  # type: ignore[arg-type]
             self._turns[index] = (ReasoningSplitter(markers, inside), inside)
         self._turns[index][0].feed(ev)
