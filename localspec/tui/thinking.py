@@ -33,7 +33,8 @@ MODES = ("auto", "on", "off")
 def block_bounds(visible: str, markers: ThinkMarkers, inside: bool) -> tuple[int, int, int] | None:
     """(reasoning_from, reasoning_to, answer_from) offsets in the visible text; the rest (the
     markers and the whitespace around them) is hidden. answer_from is -1 while the block
-    is still open. None: this text has no block."""
+    is still open. None: this text has no block. localspec.reasoning's splitter applies the
+    same rules to a stream; tests/test_thinking.py holds the two to the same cases."""
     if inside:
         start = 0
     else:
