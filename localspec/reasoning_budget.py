@@ -196,7 +196,7 @@ class ThinkingRun:
                 for ev in events:
                     if isinstance(ev, Done):
                         done = ev
-                    elif isinstance(ev, StatsUpdate):
+                    elif isinstance(ev, StatsUpdate) and self.phases:  # later phases: add up the earlier ones
                         yield self._emit(StatsUpdate(merge_stats([*self.phases, ev.stats])))
                     else:
                         yield self._emit(ev)
