@@ -35,3 +35,8 @@ class VocabMismatchError(LocalspecError):
 
 class ContextFullError(LocalspecError):
     """The prompt (or the conversation) does not fit in the context window."""
+
+
+class SeqOpError(LocalspecError):
+    """llama.cpp refused a sequence operation the decoding state relies on (never ignored:
+    going on would emit text that is not the target's)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import replace
 from functools import cached_property
 
 import numpy as np
@@ -191,8 +192,18 @@ class RuntimeSession:
 
     def explain(self, cfg: GenConfig) -> str:
         where = "; ".join(f"{role}: {w}" for role, w in self.placement.items())
+        cfg = self._fit_memory(cfg)
         table = costmodel.explain(self._cost_model(cfg) if self.draft is not None else None, cfg)
-        return f"placement: {where}\n{table}"
+        return f"placement: {where}\nmemory: {self.memory_summary()}\n{table}"
+
+    def memory_summary(self) -> str:
+        """Each model's memory kind and what it allows (--explain, the TUI)."""
+        parts = []
+        for role, st in (("target", self.target), ("draft", self.draft)):
+            if st is not None:
+                snaps = f", {st.ctx.n_rs_seq} state snapshots" if st.memory.has_state else ""
+                parts.append(f"{role} {st.memory.value}{snaps} ({st.memory.allows()})")
+        return "; ".join(parts)
 
     @property
     def last_prompt_tokens(self) -> list[int]:
@@ -252,6 +263,21 @@ class RuntimeSession:
                 f"in one batch of {self.options.n_batch} (--batch); lower -K or -L"
             )
 
+    def _fit_memory(self, cfg: GenConfig) -> GenConfig:
+        """Refuse what a recurrent state cannot run (a tree of drafts, PARSE's copies) with
+        the methods that work; let auto choose among one-draft settings only."""
+        stateful = [(st.ctx.model.name, st.memory) for st in (self.target, self.draft)
+                    if st is not None and st.memory.has_state]
+        if not stateful or cfg.method == "ar":
+            return cfg
+        name, memory = stateful[0]
+        works = ("use one draft (-K 1) with --method sd, gbv, spectr, mdbv or auto, or --method ar")
+        if cfg.method == "parse" or cfg.method == "spectr-gbv" or (cfg.K > 1 and not cfg.auto_K):
+            what = f"--method {cfg.method}" + (f" -K {cfg.K}" if cfg.method != "parse" else "")
+            raise ConfigError(f"{what} is not possible on {name}: it keeps a recurrent state "
+                              f"({memory.value} memory), which several drafts cannot share; {works}")
+        return replace(cfg, K=1, auto_K=False) if cfg.auto_K else cfg
+
     def _pick_loop(self, cfg: GenConfig) -> tuple[Loop, str, bool]:
         """The loop for cfg.method, the method it runs, and whether it decides with the cost model."""
         method = cfg.method
@@ -303,6 +329,7 @@ class RuntimeSession:
 
     def _generate(self, tokens: list[int], cfg: GenConfig, prompt_text: str | None) -> Iterator[Event]:
         self._check(cfg)
+        cfg = self._fit_memory(cfg)
         self._last = None
         self._stop.clear()
         loop, method, needs_costs = self._pick_loop(cfg)

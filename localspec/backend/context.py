@@ -1,4 +1,8 @@
-"""A llama.cpp context: multi-sequence KV (unified), seq ops, logits as numpy views.
+"""A llama.cpp context: multi-sequence KV (unified), checked seq ops, logits as numpy views.
+
+A sequence operation llama.cpp refuses (`llama_memory_seq_rm` returns False: a recurrent
+state cannot lose a span beyond its snapshots) raises SeqOpError naming the model and the
+operation; nothing continues on a state that is not what the caller believes.
 
 Logits views stay valid only until the next decode on this context: callers read what they
 need (argmaxes, sparse rows) before decoding again; nothing copies whole 600 KB rows.
@@ -14,8 +18,9 @@ import llama_cpp
 import numpy as np
 
 from localspec.backend.batch import Batch
+from localspec.backend.memory import RS_SNAPSHOTS, Memory
 from localspec.backend.model import Model
-from localspec.errors import ConfigError, ContextFullError, LocalspecError
+from localspec.errors import ConfigError, ContextFullError, LocalspecError, SeqOpError
 from localspec.load import LoadOptions
 
 
@@ -36,6 +41,7 @@ def context_params(
     n_ubatch: int | None,
     n_seq_max: int,
     threads: int,
+    n_rs_seq: int = 0,
 ):
     """llama_context_params for a context on a model loaded with `load` (no llama.cpp call
     that allocates: tests inspect what reaches llama.cpp)."""
@@ -52,6 +58,7 @@ def context_params(
     p.no_perf = True
     p.flash_attn_type = FLASH_ATTN[load.flash_attn]
     p.offload_kqv = load.kv_offload
+    p.n_rs_seq = n_rs_seq  # llama.cpp clamps it to 0 for archs without snapshot rollback
     return p
 
 
@@ -80,8 +87,14 @@ class Context:
                               f"one output row per sequence and this context holds {n_seq_max})")
         # the model's own thread count (-t / -td) wins: target and draft may differ
         threads = model.load.threads or threads or default_threads()
+        memory: Memory = getattr(model, "memory", Memory.ATTENTION)
+        if memory.has_state:
+            # one recurrent state per sequence: the main one and one branch (a draft block or
+            # the cost model's scratch) are all localspec uses on such a model
+            n_seq_max = min(n_seq_max, 2)
         p = context_params(model.load, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
-                           n_seq_max=n_seq_max, threads=threads)
+                           n_seq_max=n_seq_max, threads=threads,
+                           n_rs_seq=RS_SNAPSHOTS if memory.has_state else 0)
         ptr = llama_cpp.llama_init_from_model(model.ptr, p)
         if not ptr:
             raise LocalspecError(f"llama.cpp could not create a context for {model.name} (n_ctx={n_ctx}); try a smaller --ctx")
@@ -91,6 +104,9 @@ class Context:
         self.n_ctx = llama_cpp.llama_n_ctx(ptr)
         self.n_batch = int(llama_cpp.llama_n_batch(ptr))  # llama.cpp clamps n_batch to n_ctx
         self.n_seq_max = n_seq_max
+        self.memory = memory
+        # snapshots llama.cpp keeps per sequence (0: this arch cannot roll back a state)
+        self.n_rs_seq = int(llama_cpp.llama_n_rs_seq(ptr)) if memory.has_state else 0
         self.threads = threads
         self.on_decode: Callable[[int, float], None] | None = None  # (n tokens, seconds) after each decode
         self.n_vocab = model.n_vocab
@@ -160,12 +176,26 @@ class Context:
         return self._view
 
     # ------------------------------------------------------------------ KV ops
+    def try_seq_rm(self, seq: int, p0: int = 0, p1: int = -1) -> bool:
+        """Forget positions [p0, p1) of a sequence (p1 = -1: to the end; seq = -1: all).
+
+        False when the memory cannot (a recurrent state asked to lose a span it has no
+        snapshot for); then nothing changed. Callers that have a fallback use this one."""
+        return bool(llama_cpp.llama_memory_seq_rm(self.mem, seq, p0, p1))
+
     def seq_rm(self, seq: int, p0: int = 0, p1: int = -1) -> None:
-        """Forget positions [p0, p1) of a sequence (p1 = -1: to the end; seq = -1: all)."""
-        llama_cpp.llama_memory_seq_rm(self.mem, seq, p0, p1)
+        """try_seq_rm that must succeed: a refusal raises SeqOpError."""
+        if not self.try_seq_rm(seq, p0, p1):
+            end = "the end" if p1 < 0 else str(p1)
+            raise SeqOpError(
+                f"llama.cpp refused to remove positions {p0}..{end} of sequence {seq} from "
+                f"{self.model.name} ({self.memory.value} memory, {self.n_rs_seq} state snapshots); "
+                "this is a localspec bug: please report it with the command line"
+            )
 
     def seq_cp(self, src: int, dst: int, p0: int = 0, p1: int = -1) -> None:
-        """Make positions [p0, p1) of src visible to dst too (no data copy in a unified KV)."""
+        """Make positions [p0, p1) of src visible to dst too (no data copy in a unified KV;
+        a recurrent state is shared whole and copied on dst's next decode)."""
         llama_cpp.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
 
     def seq_keep(self, seq: int) -> None:
@@ -175,6 +205,11 @@ class Context:
     def pos_max(self, seq: int = 0) -> int:
         """Largest position held by seq (-1 if empty)."""
         return int(llama_cpp.llama_memory_seq_pos_max(self.mem, seq))
+
+    def pos_min(self, seq: int = 0) -> int:
+        """Smallest position held by seq (-1 if empty): above 0 when a sliding window's
+        cells were reused."""
+        return int(llama_cpp.llama_memory_seq_pos_min(self.mem, seq))
 
     def clear(self) -> None:
         llama_cpp.llama_memory_clear(self.mem, True)

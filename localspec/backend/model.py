@@ -13,6 +13,7 @@ from pathlib import Path
 import llama_cpp
 
 from localspec.backend.logs import configure_logging
+from localspec.backend.memory import Memory, memory_of
 from localspec.backend.offload import model_params, plan_models
 from localspec.errors import BadModelFileError, ModelNotFoundError, VocabMismatchError
 from localspec.load import LoadOptions
@@ -70,6 +71,9 @@ class Model:
         self.add_bos: bool = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
         self.vocab_type: int = llama_cpp.llama_vocab_type(self.vocab)
         self.n_ctx_train: int = llama_cpp.llama_model_n_ctx_train(ptr)
+        # what it keeps between tokens decides which sequence operations are safe
+        self.memory: Memory = memory_of(ptr)
+        self.n_swa: int = int(llama_cpp.llama_model_n_swa(ptr))
         self._piece_cache: dict[int, bytes] = {}
         self._eog_cache: dict[int, bool] = {}
 

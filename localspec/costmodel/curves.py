@@ -132,11 +132,17 @@ def measure_steps(
     (where a bigger batch is measured cheaper, verifying more tokens is free on the target).
     """
     seq = ctx.n_seq_max - 1
+    memory = getattr(ctx, "memory", None)
+    if memory is not None and memory.has_state:
+        # a recurrent state cannot lose the timed tokens and keep a prefix: time from an
+        # empty scratch sequence, dropped whole between repeats (what the memory allows)
+        depth = 0
     hook, ctx.on_decode = getattr(ctx, "on_decode", None), None  # scratch decodes are not live evidence
     try:
         b = ctx.batch
-        b.clear().add_sequence([1] * depth, 0, seq, logits_last=False)
-        ctx.decode()
+        if depth:
+            b.clear().add_sequence([1] * depth, 0, seq, logits_last=False)
+            ctx.decode()
         todo = [n for n in sizes if n <= ctx.n_batch]
         out = []
         for i, n in enumerate(todo):
@@ -153,7 +159,7 @@ def measure_steps(
             yield i + 1, len(todo)
         out = list(np.minimum.accumulate(np.array(out)[::-1])[::-1])
         ctx.seq_rm(seq, 0, -1)
-        ctx.n_decodes -= 1 + reps * len(out)
+        ctx.n_decodes -= (1 if depth else 0) + reps * len(out)
         ctx.n_evaluated -= depth + sum(reps * n for n in todo)
         return CostCurve(todo, out)
     finally:

@@ -110,11 +110,20 @@ def propose(
     """
     ctx = dft.ctx
     trie = DraftTrie(K=K, path=[[] for _ in range(K)], q=[[] for _ in range(K)], conf=[[] for _ in range(K)])
-    all_ids = list(range(0, K + 1))
-    dft.share_main(range(1, K + 1))
+    # the pending tokens join every draft's sequence and the main one; a recurrent state
+    # (KVState.lane) evaluates them on the main sequence alone (a token cannot sit in two
+    # recurrent states) and drafts its one draft on a branch copied from it after
+    lane = dft.lane(K, L, one_decode=False)
     b = ctx.batch.clear()
-    row = b.add_sequence(dft.pending, dft.n_past, all_ids, True)
-    ctx.decode()
+    if lane is None:
+        dft.share_main(range(1, K + 1))
+        row = b.add_sequence(dft.pending, dft.n_past, list(range(0, K + 1)), True)
+        ctx.decode()
+    else:
+        row = b.add_sequence(dft.pending, dft.n_past, 0, True)
+        ctx.decode()
+        dft.absorb_pending()
+        dft.share_main([lane])
     base = dft.n_past + len(dft.pending)  # position of depth-1 tokens
     conf = _Confidence(sampling, stop is not None)
     first = ctx.logits(row)

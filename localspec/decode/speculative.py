@@ -17,24 +17,34 @@ import numpy as np
 
 from localspec.decode.blocks import PAD, one_hot, verify_rows
 from localspec.decode.proposer import DraftStop, DraftTrie, Proposer
-from localspec.decode.state import KVState
+from localspec.decode.state import MAIN, KVState
 from localspec.decode.turn import Turn
 from localspec.events import Accepted, Drafted, Event, Rejected, Written
 from localspec.sampling import SparseRow, greedy_rows, transform_row
 from localspec.verify import Decision, NumpyRNG
 
 
-def score(tgt: KVState, trie: DraftTrie) -> list[int]:
-    """One target decode; returns the output row of each trie node (index = node id), root last."""
+def score(tgt: KVState, trie: DraftTrie) -> tuple[list[int], int | None]:
+    """One target decode; returns the output row of each trie node (index = node id), root
+    last, and the lane the block was evaluated on (KVState.lane: None for the trie)."""
     ctx = tgt.ctx
     K = trie.K
+    lane = tgt.lane(K, trie.L)
+    if lane is not None and lane != MAIN:
+        tgt.catch_up()  # a branch starts from the newest main state (recurrent, no rollback)
     b = ctx.batch.clear()
-    root = b.add_sequence(tgt.pending, tgt.n_past, list(range(K + 1)), True)
     base = tgt.n_past + len(tgt.pending)
-    rows = [b.add(n.token, base + n.depth - 1, n.seq_ids, True) for n in trie.nodes]
-    tgt.share_main(range(1, K + 1))
+    if lane is None:
+        root = b.add_sequence(tgt.pending, tgt.n_past, list(range(K + 1)), True)
+        rows = [b.add(n.token, base + n.depth - 1, n.seq_ids, True) for n in trie.nodes]
+        tgt.share_main(range(1, K + 1))
+    else:  # a recurrent state: the pending tokens and the one draft on one sequence
+        root = b.add_sequence(tgt.pending, tgt.n_past, lane, True)
+        rows = [b.add(n.token, base + n.depth - 1, lane, True) for n in trie.nodes]
+        if lane != MAIN:
+            tgt.share_main([lane])
     ctx.decode()
-    return rows + [root]
+    return rows + [root], lane
 
 
 def verify_block(
@@ -94,13 +104,13 @@ def spec_iteration(turn: Turn, st: SpecSettings, proposer: Proposer, rng: NumpyR
     greedy_first = st.K > 1 and turn.cfg.sampling.temp <= 0.0
     trie = proposer.propose(tgt.committed, st.K, L, st.stop, greedy_first, st.per_draft)
     t1 = time.perf_counter()
-    rows = score(tgt, trie)
+    rows, lane = score(tgt, trie)
     t2 = time.perf_counter()
     x = trie.tokens()
     d = verify_block(turn, trie, x, rows, st.method, rng)
     own = trie.length(d.k)
     acc = [int(t) for t in x[d.k, : d.tau]]
-    tgt.commit(acc, d.token, seq=d.k + 1)
+    tgt.commit(acc, d.token, seq=d.k + 1 if lane is None else lane)
     proposer.accept(trie, d.k, d.tau, d.token)
     stats.iterations += 1
     stats.target_calls += 1

@@ -8,6 +8,19 @@ explicit is what lets every loop avoid re-evaluating accepted tokens.
 KVState keeps the invariant itself: loops never touch `tokens`, `pending` or the sequence
 ops of the main sequence. After a decode that evaluated `pending` they call `advance(next)`
 (plain decoding) or `commit(accepted, next, seq=...)` (a verifier's or a judge's decision).
+
+The invariant holds on every memory kind (backend/memory.py), each by its own means:
+
+- attention: drafts live on sequences 1..K beside the main one (a shared-prefix trie); a
+  commit makes the accepted span's cells part of the main sequence, the rest is dropped.
+- sliding window: the same, and a prefix reused across turns is checked against the window
+  (cells that fell out of it may have been reused): when it is gone, it is re-evaluated.
+- recurrent / hybrid: one draft block at a time, on its `lane` (see `lane`): the main
+  sequence itself when llama.cpp keeps enough state snapshots to roll the block back, else a
+  branch sequence (a whole-state copy) that the main sequence adopts when every token it
+  evaluated was accepted; otherwise the accepted tokens become pending and are evaluated
+  again (the price of a memory that cannot roll back). A prefix is never cut: a diverged
+  history is re-evaluated from the start.
 """
 
 from __future__ import annotations
@@ -15,9 +28,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from localspec.backend import Context
-from localspec.errors import ContextFullError
+from localspec.backend.memory import Memory
+from localspec.errors import ContextFullError, SeqOpError
 
 MAIN = 0  # main sequence id; drafts / PARSE cuts use 1..n_seq_max-1
+BRANCH = 1  # the one draft sequence of a recurrent / hybrid model that cannot roll back
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -34,8 +49,10 @@ class KVState:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.memory: Memory = getattr(ctx, "memory", Memory.ATTENTION)
         self.tokens: list[int] = []
         self.pending: list[int] = []
+        self.reevaluated = 0  # accepted tokens evaluated again (memories that cannot roll back)
 
     @property
     def n_past(self) -> int:
@@ -62,9 +79,8 @@ class KVState:
         keep = common_prefix(self.tokens, target[:-1])
         self.drop_drafts()
         if keep < len(self.tokens):
-            self.ctx.seq_rm(MAIN, keep, -1)
-            del self.tokens[keep:]
-        todo = target[keep:-1]
+            self._cut(keep)
+        todo = target[len(self.tokens):-1]
         n_batch = self.ctx.n_batch
         for start in range(0, len(todo), n_batch):
             chunk = todo[start : start + n_batch]
@@ -85,12 +101,60 @@ class KVState:
             return
         keep = common_prefix(self.tokens, committed[:-1])
         if keep < len(self.tokens):
-            self.ctx.seq_rm(MAIN, keep, -1)
-            del self.tokens[keep:]
+            self._cut(keep)
+            keep = len(self.tokens)
         if len(committed) - keep > self.ctx.n_batch // 2:
             self.sync(committed)
         else:
             self.pending = committed[keep:]
+
+    def _cut(self, keep: int) -> None:
+        """Make the main sequence hold tokens[:keep] (or less: what its memory can keep).
+
+        A recurrent state cannot lose a span (its snapshots serve only the latest decode,
+        and an older rollback would be accepted yet wrong): it restarts from nothing. A
+        sliding window keeps the cut only if the window before `keep` is still in cache."""
+        if self.memory.has_state:
+            keep = 0
+        self.ctx.seq_rm(MAIN, keep, -1)
+        if keep and self.memory is Memory.SLIDING_WINDOW and self.ctx.pos_min(MAIN) > max(0, keep - self.ctx.model.n_swa):
+            keep = 0  # the window's cells were reused: evaluate the prefix again
+            self.ctx.seq_rm(MAIN, 0, -1)
+        del self.tokens[keep:]
+
+    def lane(self, K: int, L: int, *, one_decode: bool = True) -> int | None:
+        """Where a block of K drafts of up to L tokens is evaluated on this memory.
+
+        None: the shared-prefix trie (draft k on sequence k + 1, the pending tokens on all).
+        On a recurrent state, one draft: MAIN when the block is one decode and llama.cpp
+        keeps a snapshot for each of its L tokens (a rejected tail is rolled back in place);
+        else BRANCH, a whole-state copy the main sequence adopts only when every token it
+        evaluated was kept (a draft model drafts over several decodes: always BRANCH)."""
+        if not self.memory.has_state:
+            return None
+        if K != 1:
+            raise ValueError(f"{self.ctx.model.name} keeps a recurrent state: one draft at a time")
+        return MAIN if one_decode and self.ctx.n_rs_seq >= L else BRANCH
+
+    def absorb_pending(self) -> None:
+        """The last decode evaluated `pending` on the main sequence alone (a recurrent draft's
+        first step, a catch-up): they are part of it now, nothing is pending."""
+        self.tokens.extend(self.pending)
+        self.pending = []
+
+    def catch_up(self) -> int:
+        """Evaluate all pending tokens but the last on the main sequence (one decode), so a
+        branch starts from the newest state; returns how many were evaluated.
+
+        Needed after a recurrent state could not adopt a partly accepted branch: without it
+        the pending tokens would be evaluated again on every branch until one is kept."""
+        todo = self.pending[:-1]
+        if todo:
+            self.ctx.batch.clear().add_sequence(todo, self.n_past, MAIN, logits_last=False)
+            self.ctx.decode()
+            self.tokens.extend(todo)
+            self.pending = self.pending[-1:]
+        return len(todo)
 
     def advance(self, next_token: int) -> None:
         """The last decode evaluated `pending` on the main sequence; `next_token` is pending now."""
@@ -113,7 +177,22 @@ class KVState:
         n = len(accepted) if evaluated is None else evaluated
         base = self.n_past + len(self.pending)
         if seq == MAIN:
-            self.ctx.seq_rm(MAIN, base + n, -1)
+            self.ctx.seq_rm(MAIN, base + n, -1)  # a recurrent state: rolled back by snapshot
+        elif self.memory.has_state:
+            if self.ctx.pos_max(seq) != base + n - 1:
+                # the branch's state is past what was kept and cannot be cut back: the main
+                # state stays where it is (the pending tokens evaluated on it too, when the
+                # decode gave them both sequences); what it lacks is evaluated next time
+                self.drop_drafts()
+                history = [*self.tokens, *self.pending, *accepted]
+                have = self.ctx.pos_max(MAIN) + 1
+                if not len(self.tokens) <= have <= base:
+                    raise SeqOpError(f"{self.ctx.model.name}: the main state holds {have} positions, "
+                                     f"expected {len(self.tokens)}..{base}")
+                self.reevaluated += len(history) - have
+                self.tokens, self.pending = history[:have], [*history[have:], next_token]
+                return
+            self.ctx.seq_cp(seq, MAIN, 0, -1)  # adopt the branch whole (state and cells)
         elif n:
             self.ctx.seq_cp(seq, MAIN, base, base + n)
         self.drop_drafts()
@@ -132,9 +211,17 @@ class KVState:
             self.ctx.seq_cp(MAIN, seq, 0, -1)
 
     def repair(self) -> None:
-        """After an interruption: drop drafts and anything past the recorded tokens."""
+        """After an interruption: drop drafts and anything past the recorded tokens.
+
+        A recurrent state ahead of `tokens` is dropped whole (the next turn evaluates its
+        prompt again): rolling back a whole last decode is accepted by llama.cpp yet leaves
+        a wrong state, and which decode was last is not known here."""
         self.drop_drafts()
-        self.ctx.seq_rm(MAIN, len(self.tokens), -1)
+        if not self.memory.has_state:
+            self.ctx.seq_rm(MAIN, len(self.tokens), -1)
+        elif self.ctx.pos_max(MAIN) >= len(self.tokens):
+            self.ctx.seq_rm(MAIN, 0, -1)
+            self.tokens, self.pending = [], []
 
     def reset(self) -> None:
         self.ctx.clear()

@@ -1,0 +1,319 @@
+"""Every method on every memory kind gives the target's text, or a one-line refusal.
+
+localspec once assumed attention KV everywhere; on a hybrid model (Qwen3.5's gated delta net
++ attention) a partial acceptance left the main sequence's recurrent state at the branch's
+last token, and the text departed from the target's. These tests run every offered method
+on tiny random-weight models of each memory kind (tests/tiny_arch.py) -- hybrid (`qwen35`,
+which has llama.cpp's state snapshots), purely recurrent (`mamba2`, which has none: the
+branch path), sliding window (`gemma3`, a window of 8 tokens that 60 tokens cross) and MoE
+(`qwen3moe`) -- as target, as draft and as both, and require AR's greedy tokens, token for
+token, with partial acceptances among the iterations. A near-copy draft (the target's
+weights plus noise) is what makes partial acceptances happen.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+import pytest
+
+from localspec.backend import Context
+from localspec.backend.memory import Memory
+from localspec.config import GenConfig, SamplingConfig
+from localspec.decode.state import MAIN, KVState
+from localspec.errors import ConfigError, SeqOpError
+from tests.helpers import model, session
+from tests.tiny_arch import DRAFT_NOISE, read_qwen25_tokenizer, write_tiny
+
+pytestmark = pytest.mark.model
+
+KINDS = {"qwen35": Memory.HYBRID, "mamba2": Memory.RECURRENT, "gemma3": Memory.SLIDING_WINDOW,
+         "qwen3moe": Memory.ATTENTION, "qwen3": Memory.ATTENTION}
+PROMPT = "Write a story about a robot who learns to paint."
+N = 60  # crosses gemma3's 8-token window many times; enough iterations for partial acceptances
+ONE_DRAFT = [("sd", 1), ("gbv", 1), ("spectr", 1), ("mdbv", 1)]
+MULTI_DRAFT = [("spectr", 2), ("mdbv", 3), ("spectr-gbv", 2)]
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    """Per arch a target (seed 0) and its near-copy draft; `other` is an unrelated qwen3."""
+    d = tmp_path_factory.mktemp("tiny_arch")
+    tok = read_qwen25_tokenizer()
+    files = {}
+    for arch in ("qwen35", "mamba2", "gemma3", "qwen3moe"):
+        files[arch] = write_tiny(d / f"{arch}.gguf", arch, tok, seed=0)
+        files[arch + "-draft"] = write_tiny(d / f"{arch}-draft.gguf", arch, tok, seed=0, noise=DRAFT_NOISE)
+    files["qwen35-mtp"] = write_tiny(d / "qwen35-mtp.gguf", "qwen35", tok, seed=0, nextn=1)
+    files["other"] = write_tiny(d / "other.gguf", "qwen3", tok, seed=7)
+    return files
+
+
+def greedy(method: str, K: int, n: int = N, **kw) -> GenConfig:
+    return GenConfig(method=method, K=K, L=kw.pop("L", 5), n_predict=n, seed=1,
+                     sampling=SamplingConfig(temp=0.0), dynamic_draft=False, **kw)
+
+
+def run(sess, cfg: GenConfig, prompt: str = PROMPT):
+    done = list(sess.complete(prompt, cfg))[-1]
+    return list(sess.last_tokens), done.stats
+
+
+def answer(sess, text: str, cfg: GenConfig) -> str:
+    """One chat turn's answer (the Done event's text)."""
+    return [e for e in sess.chat(text, cfg)][-1].text
+
+
+def pairings(tiny: dict[str, Path], arch: str) -> dict[str, tuple[Path, Path]]:
+    return {"both": (tiny[arch], tiny[arch + "-draft"]), "as-target": (tiny[arch], tiny["other"]),
+            "as-draft": (tiny["other"], tiny[arch + "-draft"])}
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "mamba2", "gemma3", "qwen3moe"])
+def test_memory_kind_is_read_at_load(tiny, arch):
+    sess = session(tiny[arch], tiny[arch + "-draft"])
+    assert sess.target.memory is KINDS[arch] and sess.draft.memory is KINDS[arch]
+    ctx = sess.target.ctx
+    if KINDS[arch].has_state:
+        assert ctx.n_seq_max == 2  # one state per sequence: main + one branch
+        assert ctx.n_rs_seq == (16 if arch == "qwen35" else 0)  # llama.cpp: no mamba2 snapshots
+        assert sess.target.lane(1, 5) == (MAIN if arch == "qwen35" else 1)
+        assert sess.target.lane(1, 17) == 1  # past the snapshots: the branch path
+        assert sess.draft.lane(1, 5, one_decode=False) == 1  # a draft model drafts over several decodes
+    else:
+        assert ctx.n_rs_seq == 0 and sess.target.lane(3, 5) is None
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "mamba2", "gemma3", "qwen3moe"])
+@pytest.mark.parametrize("pairing", ["both", "as-target", "as-draft"])
+def test_every_offered_method_gives_ar_greedy_text(tiny, arch, pairing):
+    target, draft = pairings(tiny, arch)[pairing]
+    sess = session(target, draft)
+    ref, _ = run(sess, greedy("ar", 1))
+    assert len(ref) == N
+    stateful = KINDS[arch].has_state
+    methods = ONE_DRAFT + ([] if stateful else MULTI_DRAFT)
+    partial = 0
+    for method, K in methods:
+        toks, st = run(sess, greedy(method, K))
+        assert toks == ref, f"{method} K={K} departs from AR at token {next(i for i, (a, b) in enumerate(zip(toks, ref)) if a != b)}"
+        partial += sum(0 < t < 5 for t in st.accepted_lengths)
+        if pairing == "both":
+            assert st.iterations < N  # it speculated
+        else:
+            assert any(t < 5 for t in st.accepted_lengths)  # rejections: rollbacks happened
+    if pairing == "both":
+        assert partial >= len(methods)  # partial acceptances on average once per method at least
+    if not stateful:  # PARSE is offered here too (a judge, not lossless: it only has to run)
+        toks, st = run(sess, GenConfig(method="parse", n_predict=N, seed=1, sampling=SamplingConfig(temp=0.0)))
+        assert len(toks) == N and st.method == "parse"
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "mamba2"])
+def test_refused_methods_name_what_works(tiny, arch):
+    sess = session(tiny[arch], tiny[arch + "-draft"])
+    for cfg in (greedy("mdbv", 2), greedy("spectr", 3), greedy("spectr-gbv", 2),
+                GenConfig(method="parse"), greedy("auto", 2)):
+        with pytest.raises(ConfigError, match="recurrent state.*-K 1.*--method ar") as e:
+            list(sess.complete(PROMPT, cfg))
+        assert "\n" not in str(e.value)
+
+
+def test_auto_times_and_runs_on_a_hybrid_pair(tiny, tmp_path, monkeypatch):
+    """The cost model's timing on recurrent memories (once exit 2: a partial seq_rm) runs,
+    auto only ever chooses one draft, and the text is AR's."""
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    sess = session(tiny["qwen35"], tiny["qwen35-draft"])
+    ref, _ = run(sess, greedy("ar", 1))
+    cfg = GenConfig(method="auto", n_predict=N, seed=1, sampling=SamplingConfig(temp=0.0),
+                    auto_K=True, auto_L=True)
+    toks, st = run(sess, cfg)
+    assert toks == ref
+    assert sess.costs is not None and sess.costs.target.sizes[0] == 1  # timed for real
+    assert "K=2" not in st.ran and "K=3" not in st.ran
+    assert "memory: target hybrid, 16 state snapshots" in sess.explain(cfg)
+
+
+def test_auto_speculating_on_recurrent_memories_keeps_ar_text(tiny, monkeypatch):
+    """Under a cost model where speculation always pays, auto speculates with K = 1 on a
+    recurrent target (branch path) and a hybrid draft, with dynamic draft lengths."""
+    from tests.helpers import paying_cost_model_with_cutoff
+
+    for t, d in ((tiny["mamba2"], tiny["mamba2-draft"]), (tiny["qwen35"], tiny["qwen35-draft"])):
+        sess = session(t, d)
+        ref, _ = run(sess, greedy("ar", 1))
+        shapes = paying_cost_model_with_cutoff(sess, monkeypatch, 0.0)
+        toks, st = run(sess, GenConfig(method="auto", n_predict=N, seed=1, sampling=SamplingConfig(temp=0.0),
+                                       auto_K=True, auto_L=True))
+        assert toks == ref
+        assert st.ran.startswith("sd K=1") and shapes and all(len(s) == 1 for s in shapes)
+        sess.costs = None
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "mamba2", "gemma3", "qwen3moe"])
+def test_multi_turn_chat_and_a_diverged_history(tiny, arch):
+    """Two chat turns (the second re-evaluates the first's answer, reasoning-free history)
+    and then a prompt that departs inside the cached history: sd equals a fresh AR session."""
+    cfg_sd, cfg_ar = greedy("sd", 1, n=24), greedy("ar", 1, n=24)
+    spec = session(tiny[arch], tiny[arch + "-draft"])
+    a1, a2 = answer(spec, "Name a color.", cfg_sd), answer(spec, "And another one?", cfg_sd)
+    ref = session(tiny[arch])
+    r1, r2 = answer(ref, "Name a color.", cfg_ar), answer(ref, "And another one?", cfg_ar)
+    assert (a1, a2) == (r1, r2)
+    # a prompt sharing only a few tokens with what is cached: the cut of a recurrent state
+    # restarts it, an attention cache keeps the common prefix
+    toks = spec.last_prompt_tokens[:6] + spec.tokenize(" something else entirely")
+    got = [e for e in spec.generate(toks, cfg_sd)][-1]
+    fresh = session(tiny[arch])
+    want = [e for e in fresh.generate(toks, cfg_ar)][-1]
+    assert spec.last_tokens == fresh.last_tokens and got.text == want.text
+    kept = got.stats.prompt_tokens - 1 - got.stats.prompt_evaluated  # the last one is pending
+    assert kept == 0 if KINDS[arch].has_state else kept >= 6
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "mamba2"])
+def test_recurrent_draft_state_is_right_not_only_the_text(tiny, arch, monkeypatch):
+    """A draft whose state is left wrong after a rollback still gives the target's text (the
+    target decides) but drafts worse. Its acceptance per iteration must equal that of a draft
+    re-evaluated from scratch before every proposal."""
+    from localspec.decode.proposer import Proposer
+
+    sess = session(tiny[arch], tiny[arch + "-draft"])
+    _, kept = run(sess, greedy("sd", 1))
+    real = Proposer.propose
+
+    def from_scratch(self, committed, *a, **kw):
+        self.draft.reset()  # forget the draft's state: everything is evaluated again
+        return real(self, committed, *a, **kw)
+
+    monkeypatch.setattr(Proposer, "propose", from_scratch)
+    _, fresh = run(sess, greedy("sd", 1))
+    assert kept.accepted_lengths == fresh.accepted_lengths
+    assert any(0 < t < 5 for t in kept.accepted_lengths)
+
+
+def test_a_state_left_behind_is_detected(tiny, monkeypatch):
+    """The equality test has power: a commit that forgets to roll the hybrid target's state
+    back (llama.cpp's refusal ignored, as before) departs from AR."""
+    sess = session(tiny["qwen35"], tiny["qwen35-draft"])
+    ref, _ = run(sess, greedy("ar", 1))
+    monkeypatch.setattr(Context, "seq_rm", lambda self, seq, p0=0, p1=-1: None)  # ignores every removal
+    monkeypatch.setattr(KVState, "lane", lambda self, K, L, one_decode=True: None)  # the attention path
+    sess.reset()
+    toks, _ = run(sess, greedy("sd", 1))
+    assert toks != ref
+
+
+# ---------------------------------------------------------------- refusals are never ignored
+class Refusing:
+    """llama_memory_seq_rm that refuses (as a recurrent memory does for a span)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, mem, seq, p0, p1) -> bool:
+        self.calls += 1
+        return False
+
+
+def test_every_refused_seq_rm_raises(tiny, monkeypatch):
+    from localspec import costmodel
+
+    m = model(tiny["qwen3moe"])
+    st = KVState(Context(m, n_ctx=256, n_batch=64, n_seq_max=4, threads=1))
+    st.sync(m.tokenize("one two three four five"))
+    refuse = Refusing()
+    monkeypatch.setattr(llama_cpp, "llama_memory_seq_rm", refuse)
+    with pytest.raises(SeqOpError, match="refused to remove positions 2..the end of sequence 0"):
+        st.ctx.seq_rm(MAIN, 2, -1)
+    with pytest.raises(SeqOpError):
+        st.commit([], 5, seq=MAIN)  # a rollback on the main sequence
+    with pytest.raises(SeqOpError):
+        st.sync(m.tokenize("one two six"))  # a cut of the cached prefix
+    with pytest.raises(SeqOpError):
+        st.repair()  # dropping drafts
+    with pytest.raises(SeqOpError):
+        costmodel.measure(st.ctx, sizes=(1,), reps=1, depth=4)  # the cost model's rollback
+    assert not st.ctx.try_seq_rm(MAIN, 2, -1)  # the one caller-handled form says False
+    assert refuse.calls >= 6
+
+
+def test_a_branch_commit_checks_the_main_state(tiny):
+    """A recurrent branch that cannot be adopted leaves the main state where it was; a main
+    state that is not where the bookkeeping says raises instead of emitting wrong text."""
+    m = model(tiny["mamba2"])
+    st = KVState(Context(m, n_ctx=256, n_batch=64, n_seq_max=4, threads=1))
+    st.sync(m.tokenize("one two three four five"))
+    n_past, pending = st.n_past, list(st.pending)
+    ctx = st.ctx
+    st.share_main([1])
+    ctx.batch.clear().add_sequence([*pending, 11, 12], n_past, 1, True)
+    ctx.decode()
+    st.commit([11], 13, seq=1)  # one of two drafted tokens kept: the branch is dropped
+    assert st.n_past == n_past and st.pending == [*pending, 11, 13] and st.reevaluated == 2
+    assert ctx.pos_max(1) == -1 and ctx.pos_max(MAIN) == n_past - 1
+    assert st.catch_up() == 2 and st.pending == [13] and ctx.pos_max(MAIN) == n_past + 1
+    st.share_main([1])
+    ctx.batch.clear().add_sequence([13, 14], st.n_past, 1, True)
+    ctx.decode()
+    st.tokens.append(99)  # bookkeeping that no longer matches the state
+    with pytest.raises(SeqOpError, match="main state holds"):
+        st.commit([14], 15, seq=1)
+
+
+# ---------------------------------------------------------------- the CLI
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "localspec.cli", *args], capture_output=True,
+                          text=True, timeout=180, stdin=subprocess.DEVNULL)
+
+
+def test_cli_refuses_a_draft_tree_on_a_hybrid_model_in_one_line(tiny):
+    t, d = str(tiny["qwen35"]), str(tiny["qwen35-draft"])
+    r = cli("run", "-m", t, "-md", d, "-p", "hi", "-n", "4", "--method", "mdbv", "-K", "2", "--temp", "0")
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "recurrent state" in lines[0] and "-K 1" in lines[0]
+    r = cli("run", "-m", t, "-md", d, "-p", "hi", "-n", "8", "--method", "sd", "--temp", "0")
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.slow
+def test_hybrid_target_keeps_the_target_law_at_t_above_0(tiny):
+    """chi-square on the first two tokens (tests/test_lossless_real.py's approach) for sd and
+    gbv on the hybrid pair at T = 1: the rollback path is lossless in law, not only greedy."""
+    from tests.test_lossless_real import chi2_pvalue
+
+    sampling = SamplingConfig(temp=1.0, top_k=6, top_p=1.0, min_p=0.0)
+    sess = session(tiny["qwen35"], tiny["qwen35-draft"])
+    law = _two_token_law(sess, sampling)
+    for method in ("sd", "gbv"):
+        pairs = []
+        for seed in range(2000):
+            cfg = GenConfig(method=method, K=1, L=2, n_predict=2, seed=seed, sampling=sampling, dynamic_draft=False)
+            list(sess.complete(PROMPT, cfg))
+            pairs.append(tuple(sess.last_tokens[:2]))
+        assert chi2_pvalue(pairs, law) > 1e-3, method
+
+
+def _two_token_law(sess, sampling: SamplingConfig) -> dict[tuple[int, int], float]:
+    """P(t1, t2) from the target alone: each first token on a fresh state (no rollback)."""
+    from localspec.sampling import transform_row
+
+    toks = sess._prompt_tokens(sess.template.render([{"role": "user", "content": PROMPT}]))
+    ctx = Context(sess.target_model, n_ctx=256, n_batch=256, n_seq_max=1, threads=1)
+    row = ctx.batch.clear().add_sequence(toks, 0, 0, True)
+    ctx.decode()
+    first = transform_row(np.array(ctx.logits(row)), sampling)
+    law = {}
+    for t1, p1 in zip(first.ids.tolist(), first.probs.tolist(), strict=True):
+        ctx.seq_rm(0, 0, -1)
+        r = ctx.batch.clear().add_sequence([*toks, t1], 0, 0, True)
+        ctx.decode()
+        second = transform_row(ctx.logits(r), sampling)
+        for t2, p2 in zip(second.ids.tolist(), second.probs.tolist(), strict=True):
+            law[(t1, t2)] = p1 * p2
+    return law
