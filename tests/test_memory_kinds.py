@@ -100,7 +100,7 @@ def test_every_offered_method_gives_ar_greedy_text(tiny, arch, pairing):
     partial = 0
     for method, K in methods:
         toks, st = run(sess, greedy(method, K))
-        assert toks == ref, f"{method} K={K} departs from AR at token {next(i for i, (a, b) in enumerate(zip(toks, ref)) if a != b)}"
+        assert toks == ref, f"{method} K={K} departs from AR"
         partial += sum(0 < t < 5 for t in st.accepted_lengths)
         if pairing == "both":
             assert st.iterations < N  # it speculated
