@@ -27,30 +27,15 @@ from localspec.config import GenConfig, SamplingConfig
 from localspec.decode.state import MAIN, KVState
 from localspec.errors import ConfigError, SeqOpError
 from tests.helpers import model, session
-from tests.tiny_arch import DRAFT_NOISE, read_qwen25_tokenizer, write_tiny
 
 pytestmark = pytest.mark.model
 
-KINDS = {"qwen35": Memory.HYBRID, "mamba2": Memory.RECURRENT, "gemma3": Memory.SLIDING_WINDOW,
+KINDS = {"qwen35": Memory.HYBRID, "qwen35-mtp": Memory.HYBRID, "mamba2": Memory.RECURRENT, "gemma3": Memory.SLIDING_WINDOW,
          "qwen3moe": Memory.ATTENTION, "qwen3": Memory.ATTENTION}
 PROMPT = "Write a story about a robot who learns to paint."
 N = 60  # crosses gemma3's 8-token window many times; enough iterations for partial acceptances
 ONE_DRAFT = [("sd", 1), ("gbv", 1), ("spectr", 1), ("mdbv", 1)]
 MULTI_DRAFT = [("spectr", 2), ("mdbv", 3), ("spectr-gbv", 2)]
-
-
-@pytest.fixture(scope="session")
-def tiny(tmp_path_factory) -> dict[str, Path]:
-    """Per arch a target (seed 0) and its near-copy draft; `other` is an unrelated qwen3."""
-    d = tmp_path_factory.mktemp("tiny_arch")
-    tok = read_qwen25_tokenizer()
-    files = {}
-    for arch in ("qwen35", "mamba2", "gemma3", "qwen3moe"):
-        files[arch] = write_tiny(d / f"{arch}.gguf", arch, tok, seed=0)
-        files[arch + "-draft"] = write_tiny(d / f"{arch}-draft.gguf", arch, tok, seed=0, noise=DRAFT_NOISE)
-    files["qwen35-mtp"] = write_tiny(d / "qwen35-mtp.gguf", "qwen35", tok, seed=0, nextn=1)
-    files["other"] = write_tiny(d / "other.gguf", "qwen3", tok, seed=7)
-    return files
 
 
 def greedy(method: str, K: int, n: int = N, **kw) -> GenConfig:
@@ -88,8 +73,10 @@ def test_memory_kind_is_read_at_load(tiny, arch):
         assert ctx.n_rs_seq == 0 and sess.target.lane(3, 5) is None
 
 
-@pytest.mark.parametrize("arch", ["qwen35", "mamba2", "gemma3", "qwen3moe"])
-@pytest.mark.parametrize("pairing", ["both", "as-target", "as-draft"])
+@pytest.mark.parametrize("arch,pairing", [
+    *[(a, p) for a in ("qwen35", "mamba2", "gemma3", "qwen3moe") for p in ("both", "as-target", "as-draft")],
+    ("qwen35-mtp", "both"),  # a target with a nextn layer: its trunk runs as before
+])
 def test_every_offered_method_gives_ar_greedy_text(tiny, arch, pairing):
     target, draft = pairings(tiny, arch)[pairing]
     sess = session(target, draft)

@@ -213,3 +213,24 @@ def test_real_llama_bench_on_smollm2(smollm2_path: Path) -> None:
     rows = llama_bench.run_llama_bench(smollm2_path, 2, n_prompt=(8,), n_gen=(8,), repetitions=1)
     assert [r.test for r in rows] == ["pp8", "tg8"]
     assert all(r.avg_ts > 0 and r.n_threads == 2 for r in rows)
+
+
+@needs_peer
+@pytest.mark.parametrize("arch", ["qwen35", "mamba2"])
+def test_peer_on_a_recurrent_pair_writes_our_greedy_text(tiny, arch: str) -> None:
+    """llama.cpp's own loop on the same tiny hybrid (qwen35: it uses checkpoints) and
+    recurrent (mamba2) pairs writes the text localspec's sd writes (and AR's), so the
+    rollback paths agree with an independent implementation. The peer may run past -n by a
+    draft; its stdout is read in text mode (\\r\\n arrives as \\n)."""
+    from localspec.config import GenConfig, SamplingConfig
+    from tests.helpers import session
+
+    prompt = "Write a story about a robot who learns to paint."
+    t, d = tiny[arch], tiny[arch + "-draft"]
+    r = peer.run_speculative_simple(t, d, prompt, 60, 2, 5, 0, 0.0)
+    sess = session(t, d)
+    cfg = GenConfig(method="sd", L=5, n_predict=60, sampling=SamplingConfig(temp=0.0), dynamic_draft=False)
+    ours = list(sess.generate(prompt, cfg))[-1].text
+    ar = list(sess.generate(prompt, GenConfig(method="ar", n_predict=60, sampling=SamplingConfig(temp=0.0))))[-1]
+    assert ours == ar.text and r.n_drafted > 0
+    assert r.text is not None and r.text.startswith(ours.replace("\r\n", "\n").replace("\r", "\n"))
