@@ -27,6 +27,11 @@ def add_model_args(p: argparse.ArgumentParser, *, default_pair: bool) -> None:
     g.add_argument("--recalibrate", action="store_true",
                    help="re-time the cost model's curves at every batch size before deciding (they are "
                    "otherwise timed once, quickly, and healed from live timings; see `localspec costs`)")
+    g.add_argument("--rs-snapshots", type=int, default=16, metavar="N",
+                   help="hybrid/recurrent models (Qwen3.5, Mamba, LFM2...): recurrent-state snapshots per "
+                   "sequence (llama.cpp's n_rs_seq) that roll a rejected draft of up to N tokens back in "
+                   "place; 0 = a branch copy instead (less memory, one catch-up decode per partly "
+                   "accepted draft). Ignored for attention-only models (default 16)")
     add_rpc_arg(g)
     add_offload_args(p)
 
@@ -97,4 +102,5 @@ def session_options(a: argparse.Namespace) -> SessionOptions:
     target_load, draft_load = load_options(a)
     return SessionOptions(n_ctx=a.ctx, n_batch=a.batch, threads=a.threads, verbose=a.verbose,
                           rpc=list(getattr(a, "rpc", [])), target_load=target_load, draft_load=draft_load,
-                          recalibrate=getattr(a, "recalibrate", False))
+                          recalibrate=getattr(a, "recalibrate", False),
+                          rs_snapshots=getattr(a, "rs_snapshots", 16))

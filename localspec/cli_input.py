@@ -152,6 +152,8 @@ def check_options(opts: SessionOptions, cfg: GenConfig, *, has_draft: bool) -> l
                      "it can need much more memory than the default 4096)")
     if opts.threads is not None and not 0 <= opts.threads <= MAX_THREADS:
         raise ConfigError(f"-t/--threads must be in 0..{MAX_THREADS}, 0 = automatic (got {opts.threads})")
+    if not 0 <= opts.rs_snapshots <= 64:
+        raise ConfigError(f"--rs-snapshots must be in 0..64, 0 = branch copies (got {opts.rs_snapshots})")
     if opts.threads == 0:
         opts.threads = None  # llama.cpp's "choose for me": all cores, at most 8
     if cfg.seed is not None and not 0 <= cfg.seed < 2**64:

@@ -25,7 +25,7 @@ from localspec.decode.autoregressive import ar_loop
 from localspec.decode.emitter import Emitter
 from localspec.decode.state import KVState
 from localspec.decode.turn import Turn
-from localspec.errors import ConfigError
+from localspec.errors import ConfigError, LocalspecError
 from localspec.events import Done, Event, Progress, Stats
 from localspec.session import Message, ProgressFn, Prompt, SessionOptions, ThinkMarkers
 from localspec.stopflag import StopFlag
@@ -94,7 +94,8 @@ class RuntimeSession:
         self.draft_model = draft
         self.target_name = target_name or target.name
         self.draft_name = (draft_name or draft.name) if draft else None
-        ctx_kw = dict(n_ctx=options.n_ctx, n_batch=options.n_batch, n_seq_max=options.n_seq_max, threads=options.threads)
+        ctx_kw = dict(n_ctx=options.n_ctx, n_batch=options.n_batch, n_seq_max=options.n_seq_max,
+                      threads=options.threads, rs_snapshots=options.rs_snapshots)
         self.target = KVState(Context(target, **ctx_kw))
         self.draft = KVState(Context(draft, **ctx_kw)) if draft else None
         self.template = ChatTemplate(target)
@@ -344,7 +345,17 @@ class RuntimeSession:
         self, loop: Loop, method: str, needs_costs: bool, cfg: GenConfig, stats: Stats,
         tokens: list[int], prompt_text: str | None,
     ) -> Iterator[Event]:
-        costs = (yield from self._cost_model_steps(cfg)) if needs_costs else None
+        costs = None
+        if needs_costs:
+            try:
+                costs = yield from self._cost_model_steps(cfg)
+            except LocalspecError as e:  # a backend that cannot be timed: plain decoding, said once
+                for st in (self.target, self.draft):
+                    if st is not None:
+                        st.drop_drafts()  # the timing's scratch sequence
+                if method == "auto":
+                    loop = ar_loop
+                stats.choice_note = f"the cost model could not time this placement ({e})"
         if costs is not None:
             stats.ar_estimate = costs.ar()
         turn = Turn(

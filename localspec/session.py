@@ -63,6 +63,7 @@ class SessionOptions:
     draft_load: LoadOptions = field(default_factory=LoadOptions)
     recalibrate: bool = False  # re-time the cost model's curves on first use (--recalibrate)
     rpc: list[str] = field(default_factory=list)  # HOST:PORT of llama.cpp RPC servers to register
+    rs_snapshots: int = 16  # recurrent-state snapshots per sequence (--rs-snapshots; llama.cpp's n_rs_seq)
 
 
 @runtime_checkable

@@ -128,14 +128,20 @@ def cpu_context(path: Path, n_ctx: int, threads: int | None) -> Context:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="localspec GPU check (measurements)")
-    p.add_argument("--models", type=Path, required=True, help="folder with t1.5b.gguf, d0.5b.gguf, t7b.gguf")
-    p.add_argument("--out", type=Path, required=True, help="JSON report path")
+    p.add_argument("--models", type=Path, default=None, help="folder with t1.5b.gguf, d0.5b.gguf, t7b.gguf")
+    p.add_argument("--out", type=Path, default=None, help="JSON report path")
     p.add_argument("--alpha-from", type=Path, default=ROOT / "bench/results/speed-q4-greedy.json")
     p.add_argument("--n", type=int, default=64, help="tokens generated per greedy comparison")
     p.add_argument("--allow-cpu", action="store_true", help="smoke test without a GPU")
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores, max 16)")
+    p.add_argument("--write-tiny", type=Path, default=None, metavar="DIR",
+                   help="only write the tiny hybrid/recurrent pairs (tests/tiny_arch.py, byte vocabulary) into DIR")
     a = p.parse_args(argv)
+    if a.write_tiny is not None:
+        return write_tiny_pairs(a.write_tiny)
+    if a.models is None or a.out is None:
+        p.error("--models and --out are required")
     t0 = time.time()
     report: dict = {"backends": devs.backends(),
                     "devices": [asdict(d) for d in devs.devices()]}
@@ -175,10 +181,44 @@ def main(argv: list[str] | None = None) -> int:
     }
     if "t7b" in gpu:
         report["predicted"]["7B <- 1.5B shapes on the GPU"] = predict(gpu["t7b"], gpu["t1.5b"], alpha)
+    report["recurrent_memories"] = memory_paths(a.models, a.n, a.ctx, a.threads)
     report["seconds"] = round(time.time() - t0, 1)
     a.out.write_text(json.dumps(report, indent=1, default=str))
     print(summary(report))
     return 0
+
+
+def write_tiny_pairs(d: Path) -> int:
+    """Tiny qwen35 (hybrid, snapshots) and mamba2 (recurrent) targets and near-copy drafts."""
+    sys.path.insert(0, str(ROOT))
+    from tests.tiny_arch import DRAFT_NOISE, byte_tokenizer, write_tiny
+
+    d.mkdir(parents=True, exist_ok=True)
+    tok = byte_tokenizer()
+    for arch in ("qwen35", "mamba2"):
+        write_tiny(d / f"{arch}.gguf", arch, tok, seed=0)
+        write_tiny(d / f"{arch}-draft.gguf", arch, tok, seed=0, noise=DRAFT_NOISE)
+    return 0
+
+
+def memory_paths(models: Path, n: int, n_ctx: int, threads: int | None) -> dict:
+    """Greedy sd == AR on the GPU for each recurrent-state path (docs/memory.md): snapshot
+    rollback (qwen35), branch copies (qwen35 --rs-snapshots 0, mamba2)."""
+    out: dict = {}
+    for label, arch, snaps in (("hybrid snapshots", "qwen35", 16), ("hybrid branch", "qwen35", 0),
+                               ("recurrent branch", "mamba2", 0)):
+        t, d = models / f"{arch}.gguf", models / f"{arch}-draft.gguf"
+        if not t.exists():
+            continue
+        sess, loaded = load_logged(t, d, SessionOptions(n_ctx=n_ctx, threads=threads, rs_snapshots=snaps))
+        prompt = [int(x) for x in np.random.default_rng(2).integers(0, 256, size=16)]
+        list(sess.generate(prompt, GenConfig(method="ar", n_predict=n)))
+        ar = sess.last_tokens  # what the emitter kept (an end-of-turn token is not text)
+        list(sess.generate(prompt, GenConfig(method="sd", K=1, L=4, n_predict=n, dynamic_draft=False)))
+        sd = sess.last_tokens
+        out[label] = {"equal": sd == ar, "n_tokens": len(ar), "placement": sess.target_model.placement.summary()}
+        sess.close()
+    return out
 
 
 def summary(r: dict) -> str:
@@ -203,6 +243,9 @@ def summary(r: dict) -> str:
         for label, b in v.items():
             lines.append(f"predicted, {k}, {label}: {b['method']} K={b['K']} L={b['L']} "
                          f"{b['speedup_vs_ar']}x AR ({b['tok_per_s']} vs {b['ar_tok_per_s']} tok/s)")
+    for label, v in r.get("recurrent_memories", {}).items():
+        lines.append(f"greedy sd vs AR, {label} ({v['placement']}), {v['n_tokens']} tokens: "
+                     + ("equal" if v["equal"] else "DIFFERENT"))
     lines.append(f"measured in {r['seconds']} s")
     return "\n".join(lines)
 

@@ -94,7 +94,7 @@ prepare() {
     cp "$cache"/wheels/*.whl "$dir/wheels/"
     tar -C "$root" --exclude=__pycache__ -czf "$dir/localspec-src.tar.gz" localspec pyproject.toml README.md \
         models.toml scripts/gpu_check.sh scripts/gpu_check.py scripts/gpu_check_gguf.py \
-        bench/results/speed-q4-greedy.json
+        tests/tiny_arch.py tests/tiny_qwen3.py bench/results/speed-q4-greedy.json
     cp "$SELF" "$dir/gpu_check.sh"
     local bytes
     bytes=$(du -sb "$dir" | cut -f1)
@@ -164,6 +164,8 @@ run_check() {
         [ -f "$work/models/$name.gguf" ] || { phase "writing a random $shape GGUF"; \
             "$PY" "$proj/scripts/gpu_check_gguf.py" "$work/models/$name.gguf" --shape "$shape" --seed "$seed"; }
     done
+    [ -f "$work/models/qwen35.gguf" ] || { phase "writing tiny hybrid/recurrent GGUFs"; \
+        "$PY" "$proj/scripts/gpu_check.py" --write-tiny "$work/models"; }
     phase "devices and placement"
     "$PY" -m localspec.cli devices -m "$work/models/t1.5b.gguf" -md "$work/models/d0.5b.gguf" | tee "$report/devices.txt"
     phase "measuring"

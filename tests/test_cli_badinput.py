@@ -45,6 +45,7 @@ CASES: list[tuple[str, list[str | bytes], list[str]]] = [
     # --ctx / --threads / other numbers
     ("ctx-negative", ["run", "-m", M, "-p", "hi", "-c", "-1"], ["--ctx", "0 = the model's"]),
     ("ctx-below-batch-min", ["run", "-m", M, "-p", "hi", "--method", "ar", "-c", "8"], ["--ctx 8", "16"]),
+    ("rs-snapshots-negative", ["run", "-m", M, "-p", "hi", "--rs-snapshots", "-1"], ["--rs-snapshots", "-1"]),
     ("threads-negative", ["run", "-m", M, "-p", "hi", "-t", "-1"], ["--threads", "-1"]),
     ("threads-huge", ["run", "-m", M, "-p", "hi", "-t", "100000"], ["--threads", "100000"]),
     ("K-0", ["run", "-m", M, "-p", "hi", "-K", "0"], ["-K/--drafts"]),

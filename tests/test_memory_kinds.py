@@ -304,3 +304,52 @@ def _two_token_law(sess, sampling: SamplingConfig) -> dict[tuple[int, int], floa
         for t2, p2 in zip(second.ids.tolist(), second.probs.tolist(), strict=True):
             law[(t1, t2)] = p1 * p2
     return law
+
+
+def test_the_cost_model_prices_what_a_recurrent_memory_makes_a_rejection_cost():
+    """A target that cannot roll back pays a catch-up decode for a partly accepted draft, a
+    recurrent draft re-evaluates what it kept: both make speculation predict slower, never
+    faster, and attention memories are priced as before."""
+    from localspec.costmodel import Acceptance, CostCurve, CostModel
+
+    def cm(**kw) -> CostModel:
+        return CostModel(CostCurve([1, 64], [0.010, 0.030]), CostCurve([1, 64], [0.002, 0.004]),
+                         acceptance=Acceptance(prior=0.7), **kw)
+
+    plain, snap, none, redraft = cm(), cm(target_rollback=16), cm(target_rollback=0), cm(draft_reevaluates=True)
+    for L in (2, 8):
+        assert snap.iteration_seconds(1, L) == plain.iteration_seconds(1, L)  # snapshots: free
+        assert none.iteration_seconds(1, L) > plain.iteration_seconds(1, L) + 0.5 * plain.target(1)
+        assert redraft.iteration_seconds(1, L) > plain.iteration_seconds(1, L)
+    assert snap.iteration_seconds(1, 17) > plain.iteration_seconds(1, 17)  # past the snapshots
+
+
+def test_a_hybrid_target_without_snapshots_takes_the_branch_path(tiny):
+    """--rs-snapshots 0 on qwen35: every draft is scored on a branch copy; a partly accepted
+    one costs a catch-up decode; the text is still AR's."""
+    sess = session(tiny["qwen35"], tiny["qwen35-draft"], rs_snapshots=0)
+    assert sess.target.ctx.n_rs_seq == 0 and sess.target.lane(1, 5) == 1
+    ref, _ = run(sess, greedy("ar", 1))
+    toks, st = run(sess, greedy("sd", 1))
+    assert toks == ref and any(0 < t < 5 for t in st.accepted_lengths)
+    assert sess.target.reevaluated > 0
+
+
+def test_a_placement_that_cannot_be_timed_falls_back_to_ar_in_one_line(tiny, tmp_path, monkeypatch):
+    """Timing that fails (a backend refusing the scratch decodes) never ends the run: auto
+    decodes plainly and says why in its stats note."""
+    from localspec import costmodel
+    from localspec.errors import LocalspecError
+
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+
+    def failing(ctx, full=False):
+        raise LocalspecError("llama_decode failed with code -1 (the backend)")
+        yield  # a generator, as timing_steps is
+
+    monkeypatch.setattr(costmodel, "timing_steps", failing)
+    sess = session(tiny["qwen35"], tiny["qwen35-draft"])
+    ref, _ = run(sess, greedy("ar", 1))
+    toks, st = run(sess, GenConfig(method="auto", n_predict=N, seed=1, sampling=SamplingConfig(temp=0.0)))
+    assert toks == ref and st.ran == "ar" and st.method == "auto"
+    assert st.choice_note.startswith("the cost model could not time this placement (llama_decode failed")

@@ -160,3 +160,46 @@ def test_tensor_split_over_two_devices_is_obeyed(smollm2_path, split):
         want = sum(layout.layer_weight(il) for il, d in enumerate(assign) if d == i) / 2**20
         assert got[dev] == pytest.approx(want, rel=0.01), (dev, got, want)
     assert (got["Vulkan0"] > got["Vulkan1"]) == (split == "3/1")
+
+
+def _run_cli(*args: str, home: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "localspec.cli", "run", *args], capture_output=True, text=True,
+                          timeout=timeout, env=_env(LOCALSPEC_HOME=str(home)), cwd=ROOT, stdin=subprocess.DEVNULL)
+
+
+def _fresh_home(tmp_path: Path, model: Path) -> Path:
+    """A LOCALSPEC_HOME with no cost curves (so auto times them) and the cached models."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "models").symlink_to(model.parent)
+    return home
+
+
+@pytest.mark.slow
+def test_the_default_path_auto_with_a_draft_on_vulkan0_times_and_runs(smollm2_path, tmp_path):
+    """`localspec run` with auto (the default) and the draft on Vulkan0: timing the cost
+    curves once crashed lavapipe's queue thread (exit 139) at the first 3-token decode after
+    1-token ones; timed largest size first it runs, and the text is greedy AR's."""
+    home = _fresh_home(tmp_path, smollm2_path)
+    common = ["-m", str(smollm2_path), "-md", str(smollm2_path), "-p", "The capital of France is",
+              "-n", "8", "--temp", "0"]
+    r = _run_cli(*common, "-ngl", "0", "-ngld", "all", home=home)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert list((home / "costs").glob("*.json")), "auto timed no cost curve"
+    ar = _run_cli(*common, "-ngl", "0", "-ngld", "all", "--method", "ar", home=home)
+    assert ar.returncode == 0 and r.stdout.split("\n")[0] == ar.stdout.split("\n")[0]
+
+
+def test_a_hybrid_target_on_vulkan0_speculates_to_ar_text(tiny, tmp_path):
+    """The recurrent-state paths on a GPU backend: the tiny qwen35 pair on Vulkan0, sd with
+    snapshot rollback and with branch copies (--rs-snapshots 0), equal to AR on the device."""
+    home = _fresh_home(tmp_path, tiny["qwen35"])
+    common = ["-m", str(tiny["qwen35"]), "-md", str(tiny["qwen35-draft"]), "-p", "Write a story about a robot",
+              "-n", "24", "--temp", "0", "-ngl", "all", "-ngld", "all", "-L", "4"]
+    outs = {}
+    for name, extra in (("ar", ["--method", "ar"]), ("sd", ["--method", "sd"]),
+                        ("branch", ["--method", "sd", "--rs-snapshots", "0"])):
+        r = _run_cli(*common, *extra, home=home)
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs[name] = r.stdout.split("\n[")[0]
+    assert outs["sd"] == outs["ar"] and outs["branch"] == outs["ar"]

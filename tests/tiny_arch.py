@@ -326,3 +326,21 @@ def _qwen3moe(w: GGUFWriter, rand: Rand, n_embd: int) -> None:
         w.add_tensor(p + "ffn_up_exps.weight", rand(n_expert, n_ff_exp, n_embd, std=n_embd ** -0.5))
         w.add_tensor(p + "ffn_down_exps.weight",
                      rand(n_expert, n_embd, n_ff_exp, std=n_ff_exp ** -0.5))
+
+
+def byte_tokenizer() -> Tokenizer:
+    """A 259-token GPT-2 byte-level vocabulary (the 256 bytes + ChatML's markers + EOS) with
+    one merge (llama.cpp's BPE loader needs at least one): a ~0.2 MB tiny file that needs no
+    cached model, for places that cannot read Qwen2.5's tokenizer (the offline GPU check)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    to_char, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            to_char[b] = chr(b)
+        else:
+            to_char[b] = chr(256 + extra)
+            extra += 1
+    tokens = [to_char[b].encode() for b in range(256)] + [b"<|im_start|>", b"<|im_end|>", b"<|endoftext|>"]
+    types = [1] * 256 + [3, 3, 3]  # normal, then control
+    merges = [f"{to_char[ord('a')]} {to_char[ord('b')]}".encode()]
+    return Tokenizer(tokens, types, merges, eos=257, bos=258, pad=258)

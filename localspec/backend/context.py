@@ -74,6 +74,7 @@ class Context:
         n_ubatch: int | None = None,
         n_seq_max: int = 16,
         threads: int | None = None,
+        rs_snapshots: int = RS_SNAPSHOTS,
     ) -> None:
         if n_seq_max < 1 or n_seq_max > 256:
             raise ConfigError(f"n_seq_max must be in 1..256 (got {n_seq_max})")
@@ -82,6 +83,8 @@ class Context:
         if n_ctx < 0 or 0 < n_ctx < n_seq_max:
             raise ConfigError(f"--ctx {n_ctx} is too small: at least {n_seq_max} (one output row per "
                               f"sequence; 0 = the model's training context)")
+        if not 0 <= rs_snapshots <= 64:
+            raise ConfigError(f"--rs-snapshots must be in 0..64 (got {rs_snapshots})")
         if n_batch < n_seq_max:
             raise ConfigError(f"--batch {n_batch} is too small: at least {n_seq_max} (llama.cpp reserves "
                               f"one output row per sequence and this context holds {n_seq_max})")
@@ -94,7 +97,7 @@ class Context:
             n_seq_max = min(n_seq_max, 2)
         p = context_params(model.load, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
                            n_seq_max=n_seq_max, threads=threads,
-                           n_rs_seq=RS_SNAPSHOTS if memory.has_state else 0)
+                           n_rs_seq=rs_snapshots if memory.has_state else 0)
         ptr = llama_cpp.llama_init_from_model(model.ptr, p)
         if not ptr:
             raise LocalspecError(f"llama.cpp could not create a context for {model.name} (n_ctx={n_ctx}); try a smaller --ctx")

@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                               "`localspec bench verify --help` (verifier micro-benchmark)")
     bsub = b.add_subparsers(dest="bench_command", metavar="BENCH")
 
-    from localspec.bench import ar, speed, tables
+    from localspec.bench import ar, memory, speed, tables
 
     s = bsub.add_parser("speed", help="tok/s of AR, each method and llama.cpp's speculative loop, interleaved",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -31,5 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     tables.add_args(t)
     t.set_defaults(func=tables.main)
+
+    m = bsub.add_parser("memory", help="each memory kind's rollback path (attention, snapshots, branch) vs AR and llama.cpp",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    memory.add_args(m)
+    m.set_defaults(func=memory.main)
 
     b.set_defaults(func=lambda a: (b.print_help(), 2)[1])

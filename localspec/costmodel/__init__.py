@@ -94,6 +94,10 @@ def model_steps(
         cm.acceptance = Acceptance()
         cm.acceptance.load(path)
         cm.acceptance_path = path
+    # what the models' memories make a rejected draft cost (backend/memory.py)
+    if getattr(target, "memory", None) is not None and target.memory.has_state:
+        cm.target_rollback = target.n_rs_seq
+    cm.draft_reevaluates = bool(getattr(draft, "memory", None) is not None and draft.memory.has_state)
     # every decode from now on is a free measurement that heals the curves
     target.on_decode, draft.on_decode = cm.target.observe, cm.draft.observe
     return cm

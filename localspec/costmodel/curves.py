@@ -144,8 +144,13 @@ def measure_steps(
             b.clear().add_sequence([1] * depth, 0, seq, logits_last=False)
             ctx.decode()
         todo = [n for n in sizes if n <= ctx.n_batch]
-        out = []
-        for i, n in enumerate(todo):
+        # largest first: on Mesa 22.3's lavapipe (Debian 12's software Vulkan) a decode whose
+        # shape needs a shader pipeline ggml-vulkan has not built yet crashes the driver's
+        # queue thread while earlier work of the same graph runs (exit 139 at the first
+        # 3-token all-logits decode after 1-token ones); built from the big shapes down, the
+        # small ones find theirs (issue 21; a driver race, this order avoids it here)
+        times_of: dict[int, float] = {}
+        for i, n in enumerate(sorted(todo, reverse=True)):
             times = []
             for _ in range(reps):
                 b.clear()
@@ -155,8 +160,9 @@ def measure_steps(
                 ctx.decode()
                 times.append(time.perf_counter() - t0)
                 ctx.seq_rm(seq, depth, -1)
-            out.append(float(np.min(times)))
+            times_of[n] = float(np.min(times))
             yield i + 1, len(todo)
+        out = [times_of[n] for n in todo]
         out = list(np.minimum.accumulate(np.array(out)[::-1])[::-1])
         ctx.seq_rm(seq, 0, -1)
         ctx.n_decodes -= (1 if depth else 0) + reps * len(out)

@@ -65,6 +65,10 @@ class CostModel:
     acceptance: Acceptance = field(default_factory=Acceptance)
     acceptance_path: Path | None = None
     ar_checks: int = 0  # plain steps auto took to see the AR cost live (bounded: decode/auto.py)
+    # recurrent memories (KVState.lane): drafts longer than this cannot be rolled back on the
+    # target, so a partly accepted one costs a catch-up decode (None: attention, no limit)
+    target_rollback: int | None = None
+    draft_reevaluates: bool = False  # a recurrent draft evaluates a partly kept draft again
 
     def save_acceptance(self) -> None:
         if self.acceptance_path is not None:
@@ -96,7 +100,16 @@ class CostModel:
         return 1.0 + sum(1.0 - (1.0 - a**i) ** K for i in range(1, L + 1))
 
     def iteration_seconds(self, K: int, L: int) -> float:
-        return self.draft(1) + (L - 1) * self.draft(K) + self.target(1 + K * L) + self.overhead
+        s = self.draft(1) + (L - 1) * self.draft(K) + self.target(1 + K * L) + self.overhead
+        if self.target_rollback is None and not self.draft_reevaluates:
+            return s
+        a = self.acceptance.alpha
+        kept = max(1, round(self.expected_tokens(K, L)))  # tokens a partial acceptance keeps
+        if self.target_rollback is not None and L > self.target_rollback:
+            s += (1.0 - a**L) * self.target(kept)  # the catch-up decode on the main state
+        if self.draft_reevaluates:
+            s += (1.0 - a ** max(L - 1, 0)) * (self.draft(kept) - self.draft(1))
+        return s
 
     def predict(self, method: str, K: int, L: int) -> Prediction:
         e = self.expected_tokens(K, L)
