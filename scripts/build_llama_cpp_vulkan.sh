@@ -14,6 +14,8 @@
 #      with apt-get download + dpkg -x, nothing installed: Debian 12's headers (1.3.239) are
 #      too old for this ggml-vulkan (vk::LayerSettingEXT is missing), and its CMake wants
 #      SPIRV-Headers' package config; the newer headers work with Debian 12's loader and glslc.
+#      They come from the machine's own Debian archive entry with the suite set to trixie
+#      (see trixie_sources), so from whatever mirror or proxy its apt uses.
 #   3. CMAKE_ARGS="-DGGML_VULKAN=on -DGGML_RPC=on ..." pip install --force-reinstall
 #      --no-cache-dir llama-cpp-python==0.3.36   (~8 min on 2 cores)
 #
@@ -27,6 +29,60 @@ HOME_DIR="${LOCALSPEC_HOME:-$HOME/.cache/localspec}"
 HDR="$HOME_DIR/vulkan-headers"
 
 die() { echo "build_llama_cpp_vulkan: ERROR: $*" >&2; exit 1; }
+
+# The trixie entries for step 2 are the machine's own, not a host named here, so the fetch
+# works wherever its apt works (a local mirror, a proxy, a snapshot): its entries for the main
+# Debian archive -- type deb, suite exactly "bookworm" (so not bookworm-security, -updates or
+# -backports), component main -- with only the suite swapped for trixie and the URI,
+# components and options (signed-by, trusted, arch, ...) kept as they are. trixie's Release is
+# signed with keys that Debian 12's debian-archive-keyring already holds, so the key check
+# runs as it does for bookworm. Reads apt's source list and parts dir (one-line *.list,
+# deb822 *.sources), writes $1/trixie.list and/or $1/trixie.sources; returns 1 if none found.
+trixie_sources() {
+    local out=$1 SL=/etc/apt/sources.list SP=/etc/apt/sources.list.d f line key val st n=0
+    local deb bw main off
+    eval "$(apt-config shell SL Dir::Etc::SourceList/f SP Dir::Etc::SourceParts/d 2>/dev/null)"
+    SP=${SP%/}
+    # one-line: deb [options] URI suite component...   ('#' starts a comment)
+    local re='^[[:space:]]*deb[[:space:]]+(\[[^]]*\][[:space:]]+)?([^[:space:]]+)[[:space:]]+bookworm[[:space:]]+(.*[^[:space:]])'
+    for f in "$SL" "$SP"/*.list; do
+        [[ -f $f ]] || continue
+        while IFS= read -r line || [[ -n $line ]]; do
+            [[ ${line%%#*} =~ $re && " ${BASH_REMATCH[3]} " == *[[:space:]]main[[:space:]]* ]] || continue
+            echo "deb ${BASH_REMATCH[1]}${BASH_REMATCH[2]} trixie ${BASH_REMATCH[3]}" >> "$out/trixie.list"
+            n=$((n + 1))
+        done < "$f"
+    done
+    # deb822: stanzas end at a blank line (one is added at the end of each file); a line that
+    # starts with a space continues the field above (e.g. an inline Signed-By key); '#' is a
+    # comment. A stanza's Types/Suites become "deb"/"trixie", its other lines are copied.
+    for f in "$SP"/*.sources; do
+        [[ -f $f ]] || continue
+        st="" deb=0 bw=0 main=0 off=0 key=""
+        while IFS= read -r line; do
+            if [[ -z ${line//[[:space:]]/} ]]; then
+                if ((deb && bw && main && !off)); then
+                    printf 'Types: deb\nSuites: trixie\n%s\n' "$st" >> "$out/trixie.sources"
+                    n=$((n + 1))
+                fi
+                st="" deb=0 bw=0 main=0 off=0 key=""
+                continue
+            fi
+            [[ $line == \#* ]] && continue
+            if [[ $line == [[:space:]]* ]]; then val=$line
+            else key=${line%%:*} key=${key,,} val=${line#*:}; fi
+            val=" ${val//[[:space:]]/ } "
+            case $key in
+                types) [[ $val == *" deb "* ]] && deb=1; continue ;;
+                suites) [[ $val == *" bookworm "* ]] && bw=1; continue ;;
+                components) [[ $val == *" main "* ]] && main=1 ;;
+                enabled) [[ ${val,,} == *" no "* ]] && off=1 ;;
+            esac
+            st+=$line$'\n'
+        done < <(cat -- "$f"; echo)
+    done
+    ((n > 0))
+}
 
 installed() {
     # 0.3.36, RPC compiled in, and the Vulkan backend's library in the package
@@ -63,9 +119,9 @@ if [[ ! -f "$HDR/usr/include/vulkan/vulkan.hpp" || ! -d "$HDR/usr/share/cmake/SP
     echo "fetching Debian 13's libvulkan-dev headers into $HDR (nothing is installed)"
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
-    mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial"
-    echo "deb http://deb.debian.org/debian trixie main" > "$tmp/sources.list"
-    A=(-o "Dir::Etc::SourceList=$tmp/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/sources"
+    trixie_sources "$tmp/sources" || die "no main Debian archive entry (deb, suite bookworm, component main) in the machine's apt sources (/etc/apt/sources.list, /etc/apt/sources.list.d/*.list|*.sources): cannot derive the trixie entry for Debian 13's libvulkan-dev"
+    A=(-o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$tmp/sources"
        -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o APT::Sandbox::User=root)
     apt-get "${A[@]}" update -q >/dev/null || die "apt-get update (trixie list) failed"
     (cd "$tmp" && apt-get "${A[@]}" download libvulkan-dev spirv-headers >/dev/null) \
