@@ -11,7 +11,34 @@ from dataclasses import dataclass, field, replace
 
 from localspec.errors import ConfigError
 
-METHODS = ("auto", "ar", "sd", "gbv", "spectr", "spectr-gbv", "mdbv", "parse")
+
+@dataclass(frozen=True)
+class Method:
+    """What a method is and needs: the one table the CLI's choices, the server schema, the
+    TUI's method picker, the runtime's checks, the cost model and the bench read."""
+
+    name: str
+    needs_draft: bool  # a draft model (auto without one runs AR)
+    lossless: bool  # passes the exact-enumeration tests (tests/test_verify_exact.py)
+    verifier: bool  # a verifier over K drafts of L tokens (localspec.verify)
+    min_K: int = 1  # the fewest drafts it is defined for
+    one_state: bool = True  # runs on a recurrent memory with one draft (-K 1): docs/memory.md
+    summary: str = ""
+
+
+METHOD_TABLE: dict[str, Method] = {m.name: m for m in (
+    Method("auto", False, True, False, summary="the cost model's fastest lossless setting, or plain AR"),
+    Method("ar", False, True, False, summary="plain decoding"),
+    Method("sd", True, True, True, summary="token-level speculative sampling"),
+    Method("gbv", True, True, True, summary="block verification (optimal for one draft)"),
+    Method("spectr", True, True, True, summary="SpecTr K-SEQ over the draft tree"),
+    Method("spectr-gbv", True, False, True, min_K=2, one_state=False,
+           summary="SpecTr-GBV as published (not lossless; for reproduction)"),
+    Method("mdbv", True, True, True, summary="multi-draft block verification"),
+    Method("parse", True, False, False, one_state=False, summary="the target judges a drafted answer in one pass"),
+)}
+METHODS = tuple(METHOD_TABLE)
+SPECULATIVE = tuple(m.name for m in METHOD_TABLE.values() if m.verifier)  # K x L drafts + a verifier
 
 
 @dataclass
@@ -22,6 +49,11 @@ class SamplingConfig:
     top_k: int = 40
     top_p: float = 0.95
     min_p: float = 0.05
+
+    @property
+    def greedy(self) -> bool:
+        """Temperature 0: the target's argmax (every loop's fast path, and exact for any draft)."""
+        return self.temp <= 0.0
 
     def validate(self) -> None:
         # written as `not ok` so that NaN (which fails every comparison) is refused too
@@ -92,7 +124,7 @@ class GenConfig:
             raise ConfigError(f"--method must be one of {', '.join(METHODS)} (got {self.method!r})")
         if self.K < 1:
             raise ConfigError(f"-K/--drafts must be >= 1 (got {self.K})")
-        if self.method == "spectr-gbv" and self.K < 2:
+        if self.K < METHOD_TABLE[self.method].min_K:  # spectr-gbv
             raise ConfigError(
                 "--method spectr-gbv needs -K >= 2: with one draft the published rule is exact only "
                 "with its Algorithm 2 correction, which the engine does not run; use --method gbv "

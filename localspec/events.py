@@ -8,7 +8,7 @@ frontend reconstructs the answer by concatenating those two kinds. `Drafted`, `R
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 # Who wrote a token the user sees.
@@ -145,6 +145,23 @@ class Stats:
         for i in range(tau):
             self.position_accepts[i] += 1
 
+    def merged(self, other: Stats) -> Stats:
+        """This generation followed by `other` as one (a thinking budget's phases): each field
+        by its rule in MERGE, which names every field (tests/test_thinking.py checks)."""
+        out = self.copy()
+        for f in fields(Stats):
+            mine, theirs = getattr(out, f.name), getattr(other, f.name)
+            rule = MERGE[f.name]
+            if rule == "add":  # counts, seconds; lists concatenate
+                setattr(out, f.name, mine + (list(theirs) if isinstance(theirs, list) else theirs))
+            elif rule == "per-position":
+                n = max(len(mine), len(theirs))
+                setattr(out, f.name, [(mine[i] if i < len(mine) else 0) + (theirs[i] if i < len(theirs) else 0)
+                                      for i in range(n)])
+            elif rule == "join" and theirs not in ("", mine):
+                setattr(out, f.name, f"{mine}; {theirs}")
+        return out
+
     def copy(self) -> Stats:
         """A snapshot safe to hand to another thread."""
         s = Stats(**{k: v for k, v in self.__dict__.items()})
@@ -178,6 +195,19 @@ class Stats:
             "tok_per_s": self.tok_per_s,
         }
 
+
+
+# How Stats.merged joins two generations of one answer, per field: "first" keeps the first
+# generation's (what was asked: method, K, L, the prompt; the cost model's notes), "add"
+# sums counts and times and concatenates per-iteration lists, "per-position" adds the
+# per-draft-position counts, "join" lists each distinct `ran` once.
+MERGE: dict[str, str] = {
+    "method": "first", "K": "first", "L": "first", "prompt_tokens": "first", "prompt_evaluated": "add",
+    "n_tokens": "add", "iterations": "add", "target_calls": "add", "draft_calls": "add", "drafted": "add",
+    "accepted_lengths": "add", "position_accepts": "per-position", "position_trials": "per-position",
+    "draft_seconds": "add", "verify_seconds": "add", "overhead_seconds": "add", "prompt_seconds": "add",
+    "seconds": "add", "choice_note": "first", "ran": "join", "ar_estimate": "first", "predicted": "add",
+}
 
 @dataclass(frozen=True)
 class Progress:

@@ -19,7 +19,7 @@ from localspec.backend import Context, Model, check_vocab_compat
 from localspec.backend.chat import ChatTemplate
 from localspec.backend.logs import configure_logging
 from localspec.backend.offload import plan_pair
-from localspec.config import GenConfig
+from localspec.config import METHOD_TABLE, GenConfig
 from localspec.costmodel import CostModel
 from localspec.decode.autoregressive import ar_loop
 from localspec.decode.emitter import Emitter
@@ -148,8 +148,8 @@ class RuntimeSession:
 
     def chat(self, user_text: str, cfg: GenConfig, *, template_kwargs: Mapping[str, object] | None = None,
              reasoning_budget: int | None = None) -> Iterator[Event]:
-        from localspec.reasoning import answer_only
-        from localspec.reasoning_budget import think
+        from localspec.thinking.budget import think
+        from localspec.thinking.split import answer_only
 
         messages = [*self.messages, {"role": "user", "content": user_text}]
         prompt = answer_only(messages, self.think_markers)  # past turns: answers only (reasoning stripped)
@@ -272,9 +272,11 @@ class RuntimeSession:
         if not stateful or cfg.method == "ar":
             return cfg
         name, memory = stateful[0]
-        works = ("use one draft (-K 1) with --method sd, gbv, spectr, mdbv or auto, or --method ar")
-        if cfg.method == "parse" or cfg.method == "spectr-gbv" or (cfg.K > 1 and not cfg.auto_K):
-            what = f"--method {cfg.method}" + (f" -K {cfg.K}" if cfg.method != "parse" else "")
+        ok = [m.name for m in METHOD_TABLE.values() if m.one_state and m.name != "ar"]
+        works = f"use one draft (-K 1) with --method {', '.join(ok[:-1])} or {ok[-1]}, or --method ar"
+        spec = METHOD_TABLE[cfg.method]
+        if not spec.one_state or (cfg.K > 1 and not cfg.auto_K):
+            what = f"--method {cfg.method}" + (f" -K {cfg.K}" if spec.verifier else "")
             raise ConfigError(f"{what} is not possible on {name}: it keeps a recurrent state "
                               f"({memory.value} memory), which several drafts cannot share; {works}")
         return replace(cfg, K=1, auto_K=False) if cfg.auto_K else cfg
@@ -302,7 +304,7 @@ class RuntimeSession:
         (greedy / sampled) loaded. Timing a curve (first use, a stale curve, --recalibrate)
         takes seconds: it is reported as Progress events, with what is timed and how far."""
         assert self.draft is not None
-        t, d, greedy = self.target.ctx, self.draft.ctx, cfg.sampling.temp <= 0
+        t, d, greedy = self.target.ctx, self.draft.ctx, cfg.sampling.greedy
         recal = self.options.recalibrate and not self._recalibrated
         if not costmodel.timing_plan(t, d, self.costs, recal):
             self.costs = costmodel.model_for(t, d, greedy, self.costs)

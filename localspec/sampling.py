@@ -46,7 +46,7 @@ def greedy_rows(logits: np.ndarray) -> np.ndarray:
 
 def transform_row(logits: np.ndarray, cfg: SamplingConfig) -> SparseRow:
     """Apply the sampling transform to one row of logits (float32 view of length V)."""
-    if cfg.temp <= 0.0:
+    if cfg.greedy:
         tok = int(np.argmax(logits))
         return SparseRow(np.array([tok], dtype=np.int64), np.ones(1))
     inv_t = 1.0 / cfg.temp

@@ -42,7 +42,7 @@ class ResolvedSampling:
         s = self.sampling
         values = {"temp": s.temp, "top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p}
         shown = ", ".join(f"{_LABEL[f]} {values[f]:g}" for f in FIELDS)
-        if s.temp <= 0:
+        if s.greedy:
             shown = "greedy (T 0)"
         groups: dict[str, list[str]] = {}
         for f in FIELDS:

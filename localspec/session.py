@@ -19,7 +19,7 @@ from typing import Protocol, runtime_checkable
 
 from localspec.config import GenConfig
 from localspec.events import Event
-from localspec.load import LoadOptions
+from localspec.placement.load import LoadOptions
 from localspec.stopflag import StopFlag
 
 ProgressFn = Callable[[str, float], None]
@@ -127,7 +127,7 @@ class Session(Protocol):
 
         Past assistant turns go back to the template with their answer only (the reasoning
         block stripped, the model-card rule for thinking models); `reasoning_budget` caps
-        the thinking tokens of this reply (localspec.reasoning_budget)."""
+        the thinking tokens of this reply (localspec.thinking.budget)."""
         ...
 
     def complete(self, prompt: str, cfg: GenConfig, *, chat: bool = True) -> Iterator[Event]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a plain checkout
 
-from localspec.cli_models import run  # noqa: E402
+from localspec.cli.models import run  # noqa: E402
 from localspec.models import default_pair, registry  # noqa: E402
 
 

@@ -35,7 +35,7 @@ from localspec.backend import devices as devs
 from localspec.backend.logs import configure_logging
 from localspec.config import GenConfig
 from localspec.events import Accepted, Written
-from localspec.load import LoadOptions
+from localspec.placement.load import LoadOptions
 from localspec.runtime import load_session
 from localspec.session import SessionOptions
 
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores, max 16)")
     p.add_argument("--write-tiny", type=Path, default=None, metavar="DIR",
-                   help="only write the tiny hybrid/recurrent pairs (tests/tiny_arch.py, byte vocabulary) into DIR")
+                   help="only write the tiny hybrid/recurrent pairs (tests/support/tiny_arch.py, byte vocabulary) into DIR")
     a = p.parse_args(argv)
     if a.write_tiny is not None:
         return write_tiny_pairs(a.write_tiny)
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
 def write_tiny_pairs(d: Path) -> int:
     """Tiny qwen35 (hybrid, snapshots) and mamba2 (recurrent) targets and near-copy drafts."""
     sys.path.insert(0, str(ROOT))
-    from tests.tiny_arch import DRAFT_NOISE, byte_tokenizer, write_tiny
+    from tests.support.tiny_arch import DRAFT_NOISE, byte_tokenizer, write_tiny
 
     d.mkdir(parents=True, exist_ok=True)
     tok = byte_tokenizer()

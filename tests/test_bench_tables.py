@@ -167,7 +167,7 @@ def test_bench_tables_on_smollm2(tmp_path: Path, smollm2_path: Path, smollm2_q4_
     """Two datasets x 1 prompt x 8 tokens, every method, K and T ablations, the peer when
     built: the result files exist and Table 1 has one row per method and 2 cells per dataset."""
     pytest.importorskip("matplotlib")
-    from localspec.cli import main
+    from localspec.cli.main import main
 
     out = tmp_path / "res"
     rc = main(["bench", "tables", "-m", "smollm2-135m", "-md", "smollm2-135m-q4_0", "--datasets", "math", "text",

@@ -185,7 +185,7 @@ def test_run_help_shows_each_default_once_and_examples() -> None:
 
 
 def test_argparse_error_is_one_line_in_process(capsys) -> None:
-    from localspec.cli import main
+    from localspec.cli.main import main
 
     with pytest.raises(SystemExit) as e:
         main(["run", "--method", "nonsense"])

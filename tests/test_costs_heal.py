@@ -17,7 +17,7 @@ from localspec.config import GenConfig
 from localspec.costmodel import N_BINS, Acceptance, CostCurve
 from localspec.costmodel.curves import curve_path, load_curve
 from localspec.events import Progress
-from tests.helpers import session
+from tests.support.helpers import session
 
 
 def test_a_slow_sample_never_replaces_a_quiet_one_but_a_persistent_state_wins() -> None:
@@ -57,12 +57,54 @@ def home(tmp_path, monkeypatch):
     return tmp_path
 
 
+class DecodeClock:
+    """A clock that only decodes move: each llama_decode of n tokens takes `cost(n)` seconds.
+
+    The cost model reads time in two places (timing a curve, curves.py; the live samples it
+    heals from, backend/context.py); both get this clock, so what these tests assert cannot
+    depend on how busy the machine is (a real-clock version failed on a loaded machine).
+    A llama_decode that is not a full-logits batch of the sizes below still advances it."""
+
+    def __init__(self, cost) -> None:
+        self.now = 0.0
+        self.cost = cost
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+@pytest.fixture()
+def clock(monkeypatch):
+    """Every decode of n tokens costs 10 ms + 1 ms x n, target and draft alike (the draft
+    costs what the target does, so speculation cannot pay, as on SmolLM2's real pair)."""
+    import types
+
+    import llama_cpp
+
+    from localspec.backend import context
+    from localspec.costmodel import curves
+
+    c = DecodeClock(lambda n: 0.010 + 0.001 * n)
+    real = llama_cpp.llama_decode
+
+    def decode(ctx, batch):
+        rc = real(ctx, batch)
+        c.now += c.cost(batch.n_tokens)
+        return rc
+
+    fake_time = types.SimpleNamespace(perf_counter=c.perf_counter)
+    monkeypatch.setattr(context, "time", fake_time)
+    monkeypatch.setattr(curves, "time", fake_time)
+    monkeypatch.setattr(context.llama_cpp, "llama_decode", decode)
+    return c
+
+
 def _choice(sess, cfg) -> str:
     return next(line for line in sess.explain(cfg).splitlines() if line.startswith("choice:"))
 
 
 @pytest.mark.parametrize("poison", ["one-token", "whole-curve"])
-def test_poisoned_cache_is_healed_within_one_turn(home, smollm2_path, smollm2_q8_path, poison) -> None:
+def test_poisoned_cache_is_healed_within_one_turn(home, clock, smollm2_path, smollm2_q8_path, poison) -> None:
     """A near-identical draft (every draft token accepted, as this pair's saved history says)
     still cannot beat AR on SmolLM2, whose batch cost is steep. A target curve timed 2.5x
     slow at one token makes AR look slow and speculation look paying; 2.5x slow everywhere
@@ -81,17 +123,18 @@ def test_poisoned_cache_is_healed_within_one_turn(home, smollm2_path, smollm2_q8
     p.write_text(json.dumps(d))
     s.costs = None
     poisoned = _choice(s, cfg)
+    assert quiet_t1 == pytest.approx(0.011)  # the clock's cost, timed exactly
     assert s.costs.target(1) == pytest.approx(2.5 * quiet_t1)
     prompt = [{"role": "user", "content": "Write the numbers from 1 to 100, separated by commas."}]
     done = list(s.generate(prompt, cfg))[-1]
     if poison == "one-token":
         assert poisoned.startswith("choice: sd"), poisoned  # the lie makes speculation look good
         assert done.stats.ran.startswith("sd") and "then ar" in done.stats.ran, done.stats.ran
-    # healed within the turn: the target's level is back near the quiet one (far from 2.5x;
-    # the tolerance allows for this shared machine's load moving between the two timings) ...
-    assert quiet_t1 / 1.6 < s.costs.target(1) < 1.6 * quiet_t1
+    # healed within the turn: the target's level is back at the quiet one (the clock is
+    # exact, so it is the same number) ...
+    assert s.costs.target(1) == pytest.approx(quiet_t1)
     assert done.stats.ran.endswith("ar"), done.stats.ran  # ... and the turn ends on a fresh cache's choice
-    assert 1 / (1.6 * quiet_t1) < done.stats.ar_estimate < 1.6 / quiet_t1  # what the TUI shows
+    assert done.stats.ar_estimate == pytest.approx(1 / quiet_t1)  # what the TUI shows
     # what was persisted is stale (2.5x off): the next turn re-times it, with progress
     assert load_curve(s.target.ctx) is None
     events = list(s.generate([{"role": "user", "content": "Say hi."}], GenConfig(method="auto", n_predict=4)))

@@ -10,7 +10,7 @@ from localspec.config import GenConfig, SamplingConfig
 from localspec.decode.emitter import Emitter
 from localspec.errors import ContextFullError
 from localspec.events import Done, Written
-from tests.helpers import model, session
+from tests.support.helpers import model, session
 
 
 def run(sess, prompt, **kw):

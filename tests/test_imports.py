@@ -113,6 +113,27 @@ def test_rooms_keep_their_walls() -> None:
     for m, deps in graph.items():
         if m.startswith("localspec.verify"):
             assert all(d.startswith("localspec.verify") for d in deps), (m, deps)
-        if m.startswith(("localspec.tui", "localspec.server")):
+        if m.startswith(FRONTENDS):
             bad = {d for d in deps if d.startswith(("localspec.decode", "localspec.backend"))}
-            assert not bad, (m, bad)
+            assert not bad, f"{m} reaches past runtime/tools into {sorted(bad)}"
+
+
+FRONTENDS = ("localspec.cli", "localspec.tui", "localspec.server", "localspec.bench")
+
+
+def test_no_subcommand_import_is_swallowed() -> None:
+    """A broken import must fail loudly, never silently delete a subcommand (cli/main.py
+    once wrapped five registrations in `except ImportError: pass`)."""
+    for f in (PKG / "cli").glob("*.py"):
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ExceptHandler) and isinstance(node.type, ast.Name) and node.type.id == "ImportError":
+                assert not (len(node.body) == 1 and isinstance(node.body[0], ast.Pass)), f"{f.name}:{node.lineno}"
+
+
+def test_top_level_holds_only_the_core() -> None:
+    """Features live in their rooms (cli/, thinking/, placement/, ...): the top level keeps
+    the shared core modules only."""
+    top = sorted(f.stem for f in PKG.glob("*.py"))
+    assert top == ["__init__", "config", "errors", "events", "runtime", "sampling", "sampling_defaults",
+                   "session", "stopflag", "tools"], top

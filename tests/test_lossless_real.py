@@ -16,7 +16,7 @@ from localspec.backend import Context
 from localspec.config import GenConfig, SamplingConfig
 from localspec.sampling import transform_row
 from localspec.verify import Decision
-from tests.helpers import session
+from tests.support.helpers import session
 
 PROMPT = "Write one word that describes the ocean."
 SAMPLING = SamplingConfig(temp=1.0, top_k=6, top_p=1.0, min_p=0.0)
@@ -117,7 +117,7 @@ def test_auto_with_a_data_dependent_draft_length_matches_target_law(pair, monkey
     on the draft's real rows, so drafts of 1 and 2 tokens both occur) must still give the
     target's law -- the engine-level check of what the enumeration proves
     (tests/test_verify_exact.py::test_lossless_with_the_dynamic_draft_length)."""
-    from tests.helpers import paying_cost_model_with_cutoff
+    from tests.support.helpers import paying_cost_model_with_cutoff
 
     s, law = pair
     shapes = paying_cost_model_with_cutoff(s, monkeypatch, 0.6)
@@ -132,7 +132,7 @@ def test_multi_draft_auto_with_per_draft_lengths_matches_target_law(pair, monkey
     lengths must occur in the same iteration, the padding must never be emitted, and the
     first two tokens must follow the target's law (the engine-level check of
     tests/test_verify_exact.py::test_per_draft_lengths_padded_with_an_impossible_token_stay_exact)."""
-    from tests.helpers import paying_cost_model_with_cutoff
+    from tests.support.helpers import paying_cost_model_with_cutoff
 
     s, law = pair
     shapes = paying_cost_model_with_cutoff(s, monkeypatch, 0.6)

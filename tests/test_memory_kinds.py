@@ -3,7 +3,7 @@
 localspec once assumed attention KV everywhere; on a hybrid model (Qwen3.5's gated delta net
 + attention) a partial acceptance left the main sequence's recurrent state at the branch's
 last token, and the text departed from the target's. These tests run every offered method
-on tiny random-weight models of each memory kind (tests/tiny_arch.py) -- hybrid (`qwen35`,
+on tiny random-weight models of each memory kind (tests/support/tiny_arch.py) -- hybrid (`qwen35`,
 which has llama.cpp's state snapshots), purely recurrent (`mamba2`, which has none: the
 branch path), sliding window (`gemma3`, a window of 8 tokens that 60 tokens cross) and MoE
 (`qwen3moe`) -- as target, as draft and as both, and require AR's greedy tokens, token for
@@ -26,7 +26,7 @@ from localspec.backend.memory import Memory
 from localspec.config import GenConfig, SamplingConfig
 from localspec.decode.state import MAIN, KVState
 from localspec.errors import ConfigError, SeqOpError
-from tests.helpers import model, session
+from tests.support.helpers import model, session
 
 pytestmark = pytest.mark.model
 
@@ -128,7 +128,7 @@ def test_auto_times_and_runs_on_a_hybrid_pair(tiny, tmp_path, monkeypatch):
 def test_auto_speculating_on_recurrent_memories_keeps_ar_text(tiny, monkeypatch):
     """Under a cost model where speculation always pays, auto speculates with K = 1 on a
     recurrent target (branch path) and a hybrid draft, with dynamic draft lengths."""
-    from tests.helpers import paying_cost_model_with_cutoff
+    from tests.support.helpers import paying_cost_model_with_cutoff
 
     for t, d in ((tiny["mamba2"], tiny["mamba2-draft"]), (tiny["qwen35"], tiny["qwen35-draft"])):
         sess = session(t, d)

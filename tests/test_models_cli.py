@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from localspec.cli_models import run
+from localspec.cli.models import run
 from localspec.models import check_gguf
 
 ROOT = Path(__file__).resolve().parents[1]

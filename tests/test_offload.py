@@ -21,10 +21,10 @@ from localspec.backend import devices as devs
 from localspec.backend.context import Context, context_params
 from localspec.backend.model import Model
 from localspec.backend.offload import model_params, plan_pair
-from localspec.cli import build_parser, main
-from localspec.cli_args import session_options
-from localspec.load import LoadOptions
-from localspec.placement import Placement
+from localspec.cli.args import session_options
+from localspec.cli.main import build_parser, main
+from localspec.placement.load import LoadOptions
+from localspec.placement.plan import Placement
 from localspec.session import SessionOptions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,7 +113,7 @@ def test_plan_pair_on_this_build(smollm2_path, smollm2_q8_path):
 def test_plan_models_with_a_gpu_present_offloads_from_the_real_headers(smollm2_path, smollm2_q8_path):
     """The glue (headers -> layouts -> planner) with a synthetic 8 GiB GPU next to this host."""
     from localspec.backend.offload import plan_models
-    from localspec.placement import Device, GiB, PlacementError
+    from localspec.placement.plan import Device, GiB, PlacementError
 
     present = [Device("CPU", "cpu", 16 * GiB, 16 * GiB, "CPU"), Device("CUDA0", "gpu", 8 * GiB, 8 * GiB, "CUDA")]
     models = [("target", smollm2_path, LoadOptions()), ("draft", smollm2_q8_path, LoadOptions(gpu_layers=5))]

@@ -17,7 +17,7 @@ from localspec.decode.parse import ParseStats, judge_round
 from localspec.decode.parse_pass import answer_features, judge_pass
 from localspec.decode.state import MAIN, KVState
 from localspec.events import Accepted, Cut, Done, Drafted, Judged, Rejected, Written
-from tests.helpers import model, session
+from tests.support.helpers import model, session
 
 QUESTION = "Write a Python function that checks if a number is prime."
 ANSWER = (

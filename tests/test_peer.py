@@ -223,7 +223,7 @@ def test_peer_on_a_recurrent_pair_writes_our_greedy_text(tiny, arch: str) -> Non
     rollback paths agree with an independent implementation. The peer may run past -n by a
     draft; its stdout is read in text mode (\\r\\n arrives as \\n)."""
     from localspec.config import GenConfig, SamplingConfig
-    from tests.helpers import session
+    from tests.support.helpers import session
 
     prompt = "Write a story about a robot who learns to paint."
     t, d = tiny[arch], tiny[arch + "-draft"]

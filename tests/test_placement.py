@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from localspec.placement import (
+from localspec.placement.plan import (
     MARGIN,
     Device,
     GiB,

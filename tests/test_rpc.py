@@ -156,7 +156,7 @@ def test_server_checks_its_flags(servers):
 def test_non_loopback_host_warns(monkeypatch, capsys):
     """The warning path without binding a public interface: a fake server that is 'exposed'
     and whose loop ends at once (which is itself an error)."""
-    from localspec import cli_rpc
+    from localspec.cli import rpc as cli_rpc
     from localspec.errors import LocalspecError
 
     class Fake:
@@ -227,7 +227,7 @@ SPLIT_SCRIPT = r'''
 import json, sys
 from localspec.backend import Context, Model, rpc
 from localspec.config import GenConfig
-from localspec.load import LoadOptions
+from localspec.placement.load import LoadOptions
 from localspec.runtime import RuntimeSession
 from localspec.session import SessionOptions
 

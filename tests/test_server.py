@@ -25,7 +25,7 @@ from localspec.config import GenConfig
 from localspec.server.app import ServerConfig, create_app
 from localspec.server.cli import bind, is_loopback, model_id
 from localspec.server.schema import Limits
-from tests.helpers import session
+from tests.support.helpers import session
 
 KEY = "test-key"
 HAIKU = [{"role": "user", "content": "Write a haiku about the sea."}]
@@ -188,7 +188,7 @@ def test_chat_stream_equals_nonstream_and_run(srv, client, pair, capsys):
     assert extra(last, "timings")["predicted_n"] == r.usage.completion_tokens
     assert extra(last, "localspec")["method"] == "sd"
 
-    from localspec.cli import main
+    from localspec.cli.main import main
 
     capsys.readouterr()
     rc = main(["run", "-m", str(pair[0]), "-md", str(pair[1]), "-c", "2048", "-t", "1", "--method", "sd",

@@ -9,7 +9,7 @@ from localspec.backend import Context
 from localspec.config import GenConfig, SamplingConfig
 from localspec.errors import ConfigError
 from localspec.events import Accepted, Done, Drafted, Written
-from tests.helpers import model, session
+from tests.support.helpers import model, session
 
 PROMPTS = [
     "Write a Python function that checks whether a number is prime.",
@@ -138,7 +138,7 @@ def test_kv_invariant_with_per_draft_lengths(smollm2_path, smollm2_q4_0_path, mo
     are often not in the draft's KV while its siblings' are. After 20+ iterations both
     caches still equal a fresh evaluation of what they hold, and every committed token was
     evaluated once by each model."""
-    from tests.helpers import paying_cost_model_with_cutoff
+    from tests.support.helpers import paying_cost_model_with_cutoff
 
     s = session(smollm2_path, smollm2_q4_0_path)
     shapes = paying_cost_model_with_cutoff(s, monkeypatch, 0.5)
@@ -258,7 +258,7 @@ def test_greedy_draft_stops_at_low_confidence(smollm2_q4_0_path):
     from localspec.decode.proposer import _Confidence, propose
     from localspec.decode.state import KVState
     from localspec.sampling import transform_row
-    from tests.helpers import FixedCutoff
+    from tests.support.helpers import FixedCutoff
 
     greedy = SamplingConfig(temp=0.0)
     lg = np.array([2.0, 0.0, math.log(3.0) + 0.0, -50.0], dtype=np.float32)  # p = e^2/(e^2+1+3)

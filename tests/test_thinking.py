@@ -2,7 +2,7 @@
 rule, the server's reasoning_content, `run --json`, sampling defaults, the vocab check.
 
 Real generation runs on tiny random-weight GGUFs of llama.cpp's qwen3 architecture
-(tests/tiny_qwen3.py: Qwen2.5's tokenizer + Qwen3's <think> tokens, written once per
+(tests/support/tiny_qwen3.py: Qwen2.5's tokenizer + Qwen3's <think> tokens, written once per
 session): "target" has Qwen3's template, "r1" a DeepSeek-R1-style one whose generation
 prompt opens the block (so a random model "thinks" from its first token), "draft" is the
 target's weights with 10 % noise (it agrees part of the time), "pad128"/"pad129" have 128 /
@@ -22,7 +22,10 @@ import pytest
 from localspec.config import GenConfig, SamplingConfig
 from localspec.errors import ConfigError, VocabMismatchError
 from localspec.events import Accepted, Done, Stats, StatsUpdate, Written
-from localspec.reasoning import (
+from localspec.sampling_defaults import LLAMA_CPP_DEFAULTS, registry_sets, resolve_sampling
+from localspec.session import ThinkMarkers
+from localspec.thinking.budget import ForcedWritten, think
+from localspec.thinking.split import (
     ReasoningSplitter,
     answer_only,
     has_thinking_switch,
@@ -30,13 +33,9 @@ from localspec.reasoning import (
     strip_reasoning,
     thinking_kwargs,
 )
-from localspec.reasoning_budget import ForcedWritten, think
-from localspec.sampling_defaults import LLAMA_CPP_DEFAULTS, registry_sets, resolve_sampling
-from localspec.session import ThinkMarkers
-from tests import tiny_qwen3 as tq
-from tests.helpers import model, session
+from tests.support import tiny_qwen3 as tq
+from tests.support.helpers import model, session
 
-pytestmark = pytest.mark.skipif(not tq.QWEN25_GGUF.is_file(), reason="needs the cached Qwen2.5-0.5B GGUF (its tokenizer)")
 
 HI = [{"role": "user", "content": "hello"}]
 M = ThinkMarkers("<think>", "</think>", (1,), (2,))  # scripted-event tests: ids 1 and 2 are the markers
@@ -53,8 +52,10 @@ class Files:
 
 @pytest.fixture(scope="session")
 def files(tmp_path_factory) -> Files:
+    from localspec.models import resolve_model
+
     d = tmp_path_factory.mktemp("tiny_qwen3")
-    tok = tq.read_qwen25_tokenizer()
+    tok = tq.read_qwen25_tokenizer(resolve_model("qwen2.5-coder-0.5b"))  # its vocabulary (fetched once)
     n = len(tok.tokens)
     return Files(
         target=tq.write_tiny_qwen3(d / "target.gguf", tok, seed=0),
@@ -259,7 +260,7 @@ def test_history_rule_re_evaluates_from_the_first_changed_token(files):
 
 # ------------------------------------------------------------------ CLI
 def test_run_json_splits_reasoning_and_text(files, capsys):
-    from localspec.cli import main
+    from localspec.cli.main import main
 
     args = ["run", "-m", str(files.r1), "--method", "ar", "-n", "16", "--temp", "0", "-t", "1", "-c", "1024",
             "-p", "hello", "--reasoning-budget", "6"]
@@ -389,9 +390,9 @@ def test_tui_thinking_block_folds_and_keeps_colours():
 
     from localspec.events import Rejected
     from localspec.tui import LocalspecApp
-    from localspec.tui.replay import FakeSession, fake_factory, send_and_wait
     from localspec.tui.thinking import block_bounds
     from localspec.tui.transcript import STYLES
+    from tests.support.replay import FakeSession, fake_factory, send_and_wait
 
     class ThinkingFake(FakeSession):
         think_markers = M

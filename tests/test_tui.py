@@ -17,7 +17,8 @@ from localspec.events import Done, Event, Stats, Written
 from localspec.session import ProgressFn, Session
 from localspec.tui import LocalspecApp
 from localspec.tui.help import HelpScreen
-from localspec.tui.replay import (
+from localspec.tui.transcript import STYLES
+from tests.support.replay import (
     DEMO_PROMPTS,
     FakeSession,
     demo_turns,
@@ -25,7 +26,6 @@ from localspec.tui.replay import (
     send_and_wait,
     wait_until,
 )
-from localspec.tui.transcript import STYLES
 
 SIZE = (120, 40)
 

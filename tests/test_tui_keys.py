@@ -22,7 +22,7 @@ from textual.widgets import Input, ProgressBar, Static
 from localspec.config import GenConfig
 from localspec.session import ProgressFn, Session
 from localspec.tui import LocalspecApp
-from localspec.tui.replay import FakeSession, demo_turns, fake_factory, send_and_wait, wait_until
+from tests.support.replay import FakeSession, demo_turns, fake_factory, send_and_wait, wait_until
 
 SIZE = (120, 40)
 

@@ -16,7 +16,7 @@ from localspec.config import GenConfig
 from localspec.runtime import open_session
 from localspec.session import ProgressFn, Session, SessionOptions
 from localspec.tui import LocalspecApp
-from localspec.tui.replay import wait_until
+from tests.support.replay import wait_until
 
 
 def _finished(app: LocalspecApp) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from localspec.config import GenConfig
 from localspec.tui import LocalspecApp
-from localspec.tui.replay import FakeSession, demo_turns, fake_factory, play_demo
+from tests.support.replay import FakeSession, demo_turns, fake_factory, play_demo
 
 TARGET = "SmolLM2-360M-Instruct-Q8_0"
 DRAFT = "SmolLM2-135M-Instruct-Q4_0"

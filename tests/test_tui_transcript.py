@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 
 from localspec.events import Accepted, Cut, Done, Drafted, Judged, Rejected, Stats, Written
-from localspec.tui.replay import demo_turns
 from localspec.tui.stats import PanelInfo, acceptance_rate, bars, fit, render_stats
 from localspec.tui.transcript import STYLES, Transcript
+from tests.support.replay import demo_turns
 
 
 def styled_runs(text: Text) -> list[tuple[str, str]]:

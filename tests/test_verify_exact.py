@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from localspec.verify import VERIFIERS, Decision
-from tests import exact as E
+from tests.support import exact as E
 
 LOSSLESS = ("sd", "gbv", "spectr", "mdbv")
 TOY_T, TOY_D = E.const_model([1 / 3, 2 / 3]), E.const_model([2 / 3, 1 / 3])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from localspec.verify import VERIFIERS, Decision, decide_from_argmax, is_one_hot
-from tests import exact as E
+from tests.support import exact as E
 
 MODES = {"sd": "first", "gbv": "first", "spectr": "tree", "spectr-gbv": "tree", "mdbv": "mdbv"}
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from localspec.verify import VERIFIERS, Decision
-from tests import exact as E
-from tests.algorithm2 import SpectrGbvCarry
+from tests.support import exact as E
+from tests.support.algorithm2 import SpectrGbvCarry
 
 TOY_T, TOY_D = E.const_model([1 / 3, 2 / 3]), E.const_model([2 / 3, 1 / 3])
 

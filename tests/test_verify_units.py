@@ -11,7 +11,7 @@ import pytest
 from localspec.verify import LOSSLESS, VERIFIERS, NumpyRNG
 from localspec.verify.kseq import RatioTable
 from localspec.verify.selection import SelectionNode
-from tests import exact as E
+from tests.support import exact as E
 
 
 def _g(rho: float, p: np.ndarray, q: np.ndarray, n: int) -> float:

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from localspec.layout import Layout
 from localspec.models.gguf import read_header
-from localspec.placement import GiB, assign_layers
+from localspec.placement.layout import Layout
+from localspec.placement.plan import GiB, assign_layers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,7 @@ pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 
 
 def worker(*args: str, devices: str = "0", timeout: float = 600) -> tuple[dict, str]:
-    r = subprocess.run([sys.executable, "-m", "tests.vulkan_worker", *args], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "tests.support.vulkan_worker", *args], capture_output=True, text=True,
                        timeout=timeout, env=_env(devices), cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout), r.stderr

@@ -21,7 +21,7 @@ from localspec.backend.batch import Batch
 from localspec.backend.memory import RS_SNAPSHOTS, Memory
 from localspec.backend.model import Model
 from localspec.errors import ConfigError, ContextFullError, LocalspecError, SeqOpError
-from localspec.load import LoadOptions
+from localspec.placement.load import LoadOptions
 
 
 def default_threads() -> int:

@@ -14,7 +14,7 @@ import platform
 import sys
 
 from localspec.backend import ggml
-from localspec.placement import Device
+from localspec.placement.plan import Device
 
 # enum ggml_backend_dev_type
 DEV_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}

@@ -16,8 +16,8 @@ from localspec.backend.logs import configure_logging
 from localspec.backend.memory import Memory, memory_of
 from localspec.backend.offload import model_params, plan_models
 from localspec.errors import BadModelFileError, ModelNotFoundError, VocabMismatchError
-from localspec.load import LoadOptions
-from localspec.placement import Placement
+from localspec.placement.load import LoadOptions
+from localspec.placement.plan import Placement
 from localspec.session import SessionOptions
 
 # llama.cpp's own speculative examples compare token texts from this id on (the first ids

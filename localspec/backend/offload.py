@@ -17,9 +17,9 @@ import llama_cpp
 
 from localspec.backend import devices as devs
 from localspec.errors import ConfigError, LocalspecError
-from localspec.load import LoadOptions
 from localspec.models.gguf import read_header
-from localspec.placement import (
+from localspec.placement.load import LoadOptions
+from localspec.placement.plan import (
     AUTO,
     Device,
     Layout,

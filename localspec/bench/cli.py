@@ -1,7 +1,7 @@
 """`localspec bench …` subcommands that use the shared argparse tree (speed, ar, tables).
 
 `bench parse` and `bench verify` parse their own arguments (sub-commands and --help of
-their own): localspec/cli.py hands them argv before this parser runs (its PASSTHROUGH).
+their own): localspec/cli/main.py hands them argv before this parser runs (its PASSTHROUGH).
 """
 
 from __future__ import annotations

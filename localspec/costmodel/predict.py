@@ -118,7 +118,7 @@ class CostModel:
 
     def candidates(self, cfg: GenConfig) -> list[Prediction]:
         """Predictions for every (method, K, L) the config allows."""
-        greedy = cfg.sampling.temp <= 0.0
+        greedy = cfg.sampling.greedy
         sampled_draft = not greedy or (cfg.draft_temp or 0.0) > 0.0
         Ks = [cfg.K] if not cfg.auto_K else ([1, 2, 3, 4] if sampled_draft else [1])
         Ls = [cfg.L] if not cfg.auto_L else list(range(1, 17))
@@ -149,13 +149,13 @@ def dynamic_length(cfg: GenConfig, best: Prediction) -> bool:
     mdbv is then measurably biased (tests/test_verify_exact.py). Each draft ending by its
     own path (per_draft_length) keeps mdbv and SpecTr exact; spectr-gbv was not enumerated
     that way, so its drafts keep a fixed L."""
-    exact = cfg.sampling.temp <= 0.0 or best.K == 1 or best.method != "spectr-gbv"
+    exact = cfg.sampling.greedy or best.K == 1 or best.method != "spectr-gbv"
     return cfg.dynamic_draft and exact
 
 
 def per_draft_length(cfg: GenConfig, best: Prediction) -> bool:
     """Whether each of the K drafts must end by its own rule (K >= 2 at T > 0), not jointly."""
-    return cfg.sampling.temp > 0.0 and best.K >= 2
+    return not cfg.sampling.greedy and best.K >= 2
 
 
 def length_cap(cfg: GenConfig, best: Prediction) -> int:

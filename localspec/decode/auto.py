@@ -91,7 +91,7 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
         if check_ar:
             cm.ar_checks += 1
         if (settings is not None or probe) and not check_ar:
-            st = settings or SpecSettings("sd" if turn.cfg.sampling.temp <= 0 else "gbv", 1, 4)
+            st = settings or SpecSettings("sd" if turn.cfg.sampling.greedy else "gbv", 1, 4)
             res = spec_iteration(turn, st, proposer, rng)
             events = None
             if res is not None:

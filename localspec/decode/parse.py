@@ -99,7 +99,7 @@ def draft_answer(turn: Turn, budget: int) -> Generator[Event, None, Draft]:
     out.decodes += 1
     while True:
         logits = ctx.logits(row)
-        if sampling.temp <= 0.0:
+        if sampling.greedy:
             tok = int(np.argmax(logits))
             out.q.append(one_hot(tok))
         else:
@@ -208,7 +208,7 @@ def _spec_finish(turn: Turn) -> Iterator[Event]:
 
         yield from auto_loop(turn)
         return
-    greedy = turn.cfg.sampling.temp <= 0.0
+    greedy = turn.cfg.sampling.greedy
     yield from run_blocks(turn, SpecSettings("sd" if greedy else "mdbv", 1 if greedy else turn.cfg.K, turn.cfg.L))
 
 
@@ -216,7 +216,7 @@ def judge_round(turn: Turn, judge: Judge, answer: list[int], cuts: list[int]) ->
     """The target pass(es) of one round and the prefix scores (two-stage: whole answer first)."""
     tgt = turn.target
     copies = judge.copies(cuts)
-    sampling = turn.cfg.sampling if turn.cfg.sampling.temp > 0 else None
+    sampling = turn.cfg.sampling if not turn.cfg.sampling.greedy else None
     two = turn.cfg.parse.two_stage and judge.uses_copies and len(cuts) > 1
     first = [len(cuts) - 1] if two else None
     res = judge_pass(tgt, answer, copies, judge.reduce_ids, first_copies=first, sampling=sampling)

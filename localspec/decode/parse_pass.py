@@ -83,7 +83,7 @@ def answer_features(
             p = np.exp(logits[:T] - z[:, None])
             ent = z - (p * logits[:T]).sum(axis=1)
     rows = None
-    if sampling is not None and sampling.temp > 0.0:
+    if sampling is not None and not sampling.greedy:
         rows = [transform_row(logits[j], sampling) for j in range(T + 1)]
     return AnswerRows(amax.astype(np.int64), gaps, nll, rows, ent)
 

@@ -196,7 +196,7 @@ class _Confidence:
     """
 
     def __init__(self, sampling: SamplingConfig, needed: bool) -> None:
-        self.raw = sampling.temp <= 0.0 and needed
+        self.raw = sampling.greedy and needed
         self.buf: np.ndarray | None = None
 
     def __call__(self, logits: np.ndarray, row: SparseRow) -> float:

@@ -57,7 +57,7 @@ def verify_block(
     logits = turn.target.ctx.logits_all()
     needed = set(sum(out_rows, []))
     tgt_rows: dict[int, SparseRow]
-    if turn.cfg.sampling.temp <= 0.0:
+    if turn.cfg.sampling.greedy:
         amax = greedy_rows(logits)  # one pass over the rows, no transform
         tgt_rows = {r: one_hot(int(amax[r])) for r in needed}
     else:
@@ -101,7 +101,7 @@ def spec_iteration(turn: Turn, st: SpecSettings, proposer: Proposer, rng: NumpyR
     if L < 1:
         return None
     t0 = time.perf_counter()
-    greedy_first = st.K > 1 and turn.cfg.sampling.temp <= 0.0
+    greedy_first = st.K > 1 and turn.cfg.sampling.greedy
     trie = proposer.propose(tgt.committed, st.K, L, st.stop, greedy_first, st.per_draft)
     t1 = time.perf_counter()
     rows, lane = score(tgt, trie)

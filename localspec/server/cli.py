@@ -16,9 +16,9 @@ import threading
 import time
 from pathlib import Path
 
-from localspec.cli_args import add_gen_args, add_model_args, gen_config, session_options
-from localspec.cli_input import MAX_TOKENS, check_options
-from localspec.cli_reasoning import add_reasoning_format_arg, budget_of, template_kwargs_of
+from localspec.cli.args import add_gen_args, add_model_args, gen_config, session_options
+from localspec.cli.input import MAX_TOKENS, check_options
+from localspec.cli.reasoning import add_reasoning_format_arg, budget_of, template_kwargs_of
 from localspec.errors import ConfigError, LocalspecError
 
 
@@ -127,7 +127,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
                         progress=lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr))
     app = None
     try:
-        from localspec.cli_reasoning import apply_model_sampling
+        from localspec.cli.reasoning import apply_model_sampling
 
         apply_model_sampling(sess, target, a, cfg)  # a request's own fields still win
         if cfg.method == "auto" and draft is not None:

@@ -12,8 +12,8 @@ import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from localspec.cli_input import SPECULATIVE, batch_minimum
-from localspec.config import METHODS, GenConfig
+from localspec.cli.input import batch_minimum
+from localspec.config import METHODS, SPECULATIVE, GenConfig
 from localspec.server.errors import ApiError, invalid, wrong_type
 from localspec.server.fields import (
     at_least,

@@ -7,7 +7,7 @@ answer alone. Per request: `reasoning_format` ("auto" | "deepseek" | "none": lea
 block in `content`), `chat_template_kwargs.enable_thinking` (the template's switch,
 forwarded as given), and `reasoning_budget` (llama-server's names `reasoning_budget_tokens`
 and `thinking_budget_tokens` too; -1 = no limit, 0 = close the block at once; see
-localspec.reasoning_budget for the forced close). Past assistant turns a client sends back
+localspec.thinking.budget for the forced close). Past assistant turns a client sends back
 go to the template with their answer only (reasoning_content dropped, a `<think>` block
 stripped), the model card's rule, whatever the template does.
 """
@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from localspec.events import Event
-from localspec.reasoning import answer_only, markers_of
-from localspec.reasoning_budget import ThinkingRun, think
 from localspec.server.errors import invalid, wrong_type
 from localspec.server.fields import at_least, get_int
 from localspec.session import Session
+from localspec.thinking.budget import ThinkingRun, think
+from localspec.thinking.split import answer_only, markers_of
 
 FORMATS = ("auto", "deepseek", "none")
 BUDGET_FIELDS = ("reasoning_budget", "reasoning_budget_tokens", "thinking_budget_tokens")

@@ -20,7 +20,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Header, Input, ProgressBar, Static
 
-from localspec.config import METHODS, GenConfig
+from localspec.config import METHOD_TABLE, METHODS, GenConfig
 from localspec.events import Done, Event, Progress, Stats, StatsUpdate
 from localspec.session import ProgressFn, Session
 from localspec.tui.help import HelpScreen
@@ -334,8 +334,9 @@ class LocalspecApp(App[int]):
         self.cfg.method = METHODS[(i + 1) % len(METHODS)]
         self._render_stats()
         when = " (from the next turn)" if self.generating else ""
-        if self.cfg.method == "spectr-gbv" and self.cfg.K < 2:
-            when += ": needs -K 2 or more (start chat with -K 2); with one draft use gbv"
+        need = METHOD_TABLE[self.cfg.method].min_K
+        if self.cfg.K < need:
+            when += f": needs -K {need} or more (start chat with -K {need}); with one draft use gbv"
         self.notify(f"method: {self.cfg.method}{when}", timeout=2)
 
     def action_toggle_thinking(self) -> None:

@@ -2,7 +2,7 @@
 
 A pure layer over the transcript's spans (no Textual here): the transcript keeps colouring
 every span by who wrote it (draft, correction, bonus, target, rejected); this finds where
-the reasoning block lies in the visible text (localspec.reasoning's rules: the block only
+the reasoning block lies in the visible text (localspec.thinking.split's rules: the block only
 at the start, or from the first character when the template opened it), hides the
 markers, dims the reasoning spans while keeping their speculation colours, and, once the
 answer has started and folding is on, replaces the block by one line:
@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from rich.text import Text
 
 from localspec.events import Event
-from localspec.reasoning import (
+from localspec.session import Session, ThinkMarkers
+from localspec.thinking.split import (
     ReasoningSplitter,
     markers_of,
     opens_block,
     segment_summary,
     thinking_kwargs,
 )
-from localspec.session import Session, ThinkMarkers
 from localspec.tui.transcript import STYLES, VISIBLE_KINDS, Span, Turn, span_style
 
 MODES = ("auto", "on", "off")
@@ -33,7 +33,7 @@ MODES = ("auto", "on", "off")
 def block_bounds(visible: str, markers: ThinkMarkers, inside: bool) -> tuple[int, int, int] | None:
     """(reasoning_from, reasoning_to, answer_from) offsets in the visible text; the rest (the
     markers and the whitespace around them) is hidden. answer_from is -1 while the block
-    is still open. None: this text has no block. localspec.reasoning's splitter applies the
+    is still open. None: this text has no block. localspec.thinking.split's splitter applies the
     same rules to a stream; tests/test_thinking.py holds the two to the same cases."""
     if inside:
         start = 0

@@ -16,7 +16,7 @@ path, see `greedy`).
 | spectr       | K      | yes      | SpecTr K-SEQ over the draft tree                         |
 | mdbv         | K      | yes      | select a draft, block-verify it; >= spectr, = gbv at K=1 |
 | spectr-gbv   | K >= 2 | NO       | published rule, for reproduction (K=1: exact only with  |
-|              |        |          | Algorithm 2, tests/algorithm2.py; the engine offers gbv) |
+|              |        |          | Algorithm 2, tests/support/algorithm2.py; the engine offers gbv) |
 """
 
 from __future__ import annotations

@@ -17,13 +17,13 @@ from localspec.bench.runner import drain
 
 def calibrate(args: argparse.Namespace) -> int:
     """Record draft/target answers and every judge's raw scores on the calibration split."""
-    from localspec.bench.parse.probe import Probe
+    from localspec.tools import parse_probe
 
     probs = he.problems(he.parse_range(args.problems))
     out = records(args, "calibrate")
     done_ids = {(r["index"], r.get("sample", 0)) for r in load(out)}
     sess = open_pair(args.target, args.draft, args.threads, n_batch=2048)
-    probe = Probe(sess)
+    probe = parse_probe(sess)
     jobs = [(p, k) for k in range(args.samples + 1) for p in probs]
     for p, k in jobs:
         if (p.index, k) in done_ids:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from localspec.cli_args import add_model_args, session_options
-from localspec.placement import GiB
+from localspec.cli.args import add_model_args, session_options
+from localspec.placement.plan import GiB
 
 DESCRIPTION = """\
 List the llama.cpp backends compiled into this install and the devices they found (type,
@@ -28,14 +28,11 @@ def _gib(n: int) -> str:
 
 
 def cmd_devices(a: argparse.Namespace) -> int:
-    from localspec.backend import devices as devs
-    from localspec.backend.offload import plan_models
+    from localspec import tools as devs
     from localspec.models import resolve_model
 
     if getattr(a, "rpc", None):  # RPC servers' devices only exist once registered
-        from localspec.backend.rpc import connect
-
-        connect(a.rpc)
+        devs.connect_rpc(a.rpc)
     present = devs.devices()
     print(f"llama.cpp backends in this build: {', '.join(devs.backends()) or 'none'}")
     print(f"{'device':10} {'type':5} {'backend':8} {'free':>10} {'total':>10}  description")
@@ -59,7 +56,7 @@ def cmd_devices(a: argparse.Namespace) -> int:
         models.append(("draft", Path(resolve_model(a.draft, fetch=False)), opts.draft_load))
     print(f"placement (ctx {opts.n_ctx}, batch {opts.n_batch}; -ngl {opts.target_load.gpu_layers}, "
           f"-ngld {opts.draft_load.gpu_layers}):")
-    for p in plan_models(opts, models, present, estimate=True):
+    for p in devs.plan_models(opts, models, present, estimate=True):
         print(f"  {p.role} {p.model}: {p.summary()}"
               + (f", tensor split {','.join(f'{x:g}' for x in p.tensor_split)}" if p.tensor_split else ""))
         for dev, need in p.memory.items():

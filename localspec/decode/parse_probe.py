@@ -1,4 +1,5 @@
-"""The judge probe: what `bench parse calibrate` reads off the KV state, below the Session API.
+"""The judge probe: what `bench parse calibrate` reads off the KV state, below the Session API
+(reached through localspec.tools.parse_probe, the one door frontends have to it).
 
 Why this module exists: calibrating PARSE's judges needs numbers no generation reports --
 the target's per-token gaps / nll / entropy over a draft answer and the yes-share of every

@@ -10,10 +10,10 @@ import json
 import sys
 
 from localspec import __version__
-from localspec import cli_reasoning as cr
-from localspec.cli_args import add_gen_args, add_model_args, gen_config, session_options
-from localspec.cli_input import check_options, read_prompt
-from localspec.cli_parser import HelpFormatter, Parser
+from localspec.cli import reasoning as cr
+from localspec.cli.args import add_gen_args, add_model_args, gen_config, session_options
+from localspec.cli.input import check_options, read_prompt
+from localspec.cli.parser import HelpFormatter, Parser
 from localspec.errors import LocalspecError
 from localspec.events import Stats
 
@@ -253,37 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
     cr.add_reasoning_format_arg(c)
     c.set_defaults(func=cmd_chat)
 
-    try:
-        from localspec import cli_costs, cli_models
+    # every subcommand registers itself; a broken import fails loudly (never a missing command)
+    from localspec.bench import cli as bench_cli
+    from localspec.cli import costs, devices, models, rpc
+    from localspec.server import cli as server_cli
 
-        cli_models.register(sub)
-        cli_costs.register(sub)
-    except ImportError:  # pragma: no cover - during development only
-        pass
-    try:
-        from localspec import cli_rpc
-
-        cli_rpc.register(sub)
-    except ImportError:  # pragma: no cover - during development only
-        pass
-    try:
-        from localspec import cli_devices
-
-        cli_devices.register(sub)
-    except ImportError:  # pragma: no cover - during development only
-        pass
-    try:
-        from localspec.bench import cli as bench_cli
-
-        bench_cli.register(sub)
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        from localspec.server import cli as server_cli
-
-        server_cli.register(sub)
-    except ImportError:  # pragma: no cover
-        pass
+    for room in (models, costs, rpc, devices, bench_cli, server_cli):
+        room.register(sub)
     return p
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from localspec.errors import ConfigError
-from localspec.layout import Layout, LayoutError, Need, compute_bytes, kv_bytes
+from localspec.placement.layout import Layout, LayoutError, Need, compute_bytes, kv_bytes
 
 __all__ = ["Device", "Layout", "LayoutError", "Need", "Placement", "PlacementError", "Request",
            "assign_layers", "plan", "resolve_offload", "usage"]

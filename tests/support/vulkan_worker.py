@@ -1,9 +1,9 @@
 """Runs in a subprocess for tests/test_vulkan.py, with GGML_VK_VISIBLE_DEVICES set (ggml reads it
 once, when its backend registry starts, so the pytest process itself never sees Vulkan0).
 
-    python -m tests.vulkan_worker devices
-    python -m tests.vulkan_worker plan TARGET CTX
-    python -m tests.vulkan_worker greedy TARGET DRAFT N
+    python -m tests.support.vulkan_worker devices
+    python -m tests.support.vulkan_worker plan TARGET CTX
+    python -m tests.support.vulkan_worker greedy TARGET DRAFT N
 
 Prints one JSON object on stdout; llama.cpp's log (verbose) goes to stderr, where the
 tests read how many layers llama.cpp itself says it offloaded.
@@ -24,7 +24,7 @@ from localspec.backend.offload import plan_models
 from localspec.config import GenConfig, SamplingConfig
 from localspec.costmodel.curves import curve_path
 from localspec.events import Done
-from localspec.load import LoadOptions
+from localspec.placement.load import LoadOptions
 from localspec.runtime import open_session
 from localspec.session import SessionOptions
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from localspec.cli_offload import add_offload_args, load_options
-from localspec.cli_reasoning import add_reasoning_args
-from localspec.cli_rpc import add_rpc_arg
+from localspec.cli.offload import add_offload_args, load_options
+from localspec.cli.reasoning import add_reasoning_args
+from localspec.cli.rpc import add_rpc_arg
 from localspec.config import METHODS, GenConfig, ParseConfig, SamplingConfig
 from localspec.session import SessionOptions
 

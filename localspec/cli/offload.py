@@ -13,7 +13,7 @@ import argparse
 import re
 
 from localspec.errors import ConfigError
-from localspec.load import LoadOptions
+from localspec.placement.load import LoadOptions
 
 EPILOG = "GPU layers: N (count, 0 = CPU only), auto (fit to free memory; CPU without a GPU), all"
 

@@ -3,7 +3,7 @@
 Flags (llama.cpp's names): `--reasoning on|off|auto` (the template's enable_thinking where
 it has one; auto keeps the template's default; `/think` and `/no_think` in a prompt pass
 through untouched), `--reasoning-budget N` (thinking tokens before the close marker is
-forced, -1 = no limit, see localspec.reasoning_budget), and per command a
+forced, -1 = no limit, see localspec.thinking.budget), and per command a
 `--reasoning-format`: run/chat `show` (thinking on stderr, dimmed on a terminal; the
 answer on stdout), `hide` (thinking not printed), `none` (the text as the model wrote it,
 markers included); serve `auto|deepseek|none` (server/thinking.py).
@@ -18,15 +18,15 @@ from typing import TextIO
 
 from localspec.config import GenConfig
 from localspec.events import Accepted, Done, Event, Progress, Written
-from localspec.reasoning import (
+from localspec.session import Session
+from localspec.thinking.budget import ThinkingRun, think
+from localspec.thinking.split import (
     ReasoningSplitter,
     markers_of,
     opens_block,
     segment_summary,
     thinking_kwargs,
 )
-from localspec.reasoning_budget import ThinkingRun, think
-from localspec.session import Session
 
 RUN_FORMATS = ("show", "hide", "none")
 SERVE_FORMATS = ("auto", "deepseek", "none")

@@ -18,11 +18,10 @@ import argparse
 import os
 import sys
 
-from localspec.config import GenConfig
+from localspec.config import SPECULATIVE, GenConfig
 from localspec.errors import ConfigError
 from localspec.session import SessionOptions
 
-SPECULATIVE = ("sd", "gbv", "spectr", "spectr-gbv", "mdbv")
 # What `--method auto` may ask of one target batch (mirrors localspec/costmodel.py): it
 # times target calls of up to COST_TIMING_TOKENS tokens (after as many context tokens, in
 # one batch) and may choose up to AUTO_MAX_K drafts (sampled drafts; 1 when greedy) of up
@@ -112,7 +111,7 @@ def batch_minimum(cfg: GenConfig, n_seq_max: int, has_draft: bool = True) -> tup
     if cfg.method in SPECULATIVE or (spec_finish and not cfg.auto_L):
         needs.append((K * L + 2, f"-K {K} x -L {L} draft tokens + 2 are verified in one target batch"))
     if (cfg.method == "auto" and has_draft) or (spec_finish and cfg.auto_L):
-        sampled = cfg.sampling.temp > 0 or (cfg.draft_temp or 0.0) > 0
+        sampled = not cfg.sampling.greedy or (cfg.draft_temp or 0.0) > 0
         k = K if not cfg.auto_K else (AUTO_MAX_K if sampled else 1)
         lmax = L if not cfg.auto_L else AUTO_MAX_L
         need = max(COST_TIMING_TOKENS, k * lmax + 2)

@@ -31,8 +31,14 @@ from dataclasses import dataclass, replace
 
 from localspec.config import GenConfig
 from localspec.events import Accepted, Done, Event, Stats, StatsUpdate, Written
-from localspec.reasoning import Piece, ReasoningSplitter, ends_closed, markers_of, starts_inside
 from localspec.session import Prompt, Session, ThinkMarkers
+from localspec.thinking.split import (
+    Piece,
+    ReasoningSplitter,
+    ends_closed,
+    markers_of,
+    starts_inside,
+)
 
 
 @dataclass(frozen=True)
@@ -63,26 +69,10 @@ def close_sequence(session: Session, markers: ThinkMarkers, template_kwargs: Map
 
 
 def merge_stats(phases: list[Stats]) -> Stats:
-    """One Stats for several generate() calls of one answer (counts and times add up)."""
-    first = phases[0]
-    if len(phases) == 1:
-        return first.copy()
-    out = first.copy()
+    """One Stats for several generate() calls of one answer (Stats.merged, field by field)."""
+    out = phases[0].copy()
     for st in phases[1:]:
-        for name, value in vars(st).items():
-            mine = getattr(out, name)
-            if name in ("method", "K", "L", "prompt_tokens", "choice_note", "ar_estimate"):
-                continue
-            if name == "ran":
-                out.ran = mine if value in ("", mine) else f"{mine}; {value}"
-            elif name in ("position_accepts", "position_trials"):
-                size = max(len(mine), len(value))
-                setattr(out, name, [(mine[i] if i < len(mine) else 0) + (value[i] if i < len(value) else 0)
-                                    for i in range(size)])
-            elif isinstance(value, list):
-                setattr(out, name, mine + list(value))
-            elif isinstance(value, int | float) and not isinstance(value, bool):
-                setattr(out, name, mine + value)
+        out = out.merged(st)
     return out
 
 

@@ -6,7 +6,7 @@ are gone), a recurrent state (no per-position history: rollback needs snapshots,
 `n_rs_seq`, or a re-decode) or a hybrid of recurrent and attention layers. No Qwen3.5, Mamba2,
 Gemma3 or Qwen3-MoE weights are reachable offline, and the tests need only the architecture
 (so llama.cpp builds that arch's graph and memory) and a vocabulary, not sensible text. So,
-as tests/tiny_qwen3.py does for qwen3, these files take Qwen2.5's tokenizer (`Tokenizer`,
+as tests/support/tiny_qwen3.py does for qwen3, these files take Qwen2.5's tokenizer (`Tokenizer`,
 `read_qwen25_tokenizer`), a plain ChatML template and random weights: F16 token embedding and
 untied F16 output head (151,936 x 32 each: 19.4 MB of a ~25.5 MB file, the tokenizer is most
 of the rest), F32 elsewhere.
@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tests.tiny_qwen3 import Tokenizer, read_qwen25_tokenizer, write_tiny_qwen3
+from tests.support.tiny_qwen3 import Tokenizer, read_qwen25_tokenizer, write_tiny_qwen3
 
 if TYPE_CHECKING:
     from gguf import GGUFWriter

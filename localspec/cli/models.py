@@ -1,6 +1,6 @@
 """`localspec models ...`: list, fetch, path, verify and quantize registry models.
 
-The main CLI (localspec/cli.py) calls register(subparsers); scripts/download_models.py and
+The main CLI (localspec/cli/main.py) calls register(subparsers); scripts/download_models.py and
 the tests call run(argv), which adds the one-line error handling the main CLI also does.
 Handlers return an exit code and let LocalspecError propagate (printed as one line, exit 2).
 """
@@ -134,7 +134,8 @@ def _default_out(src: Path, ftype: str) -> Path:
 
 def cmd_quantize(args: argparse.Namespace) -> int:
     """Re-quantize SRC (registry name or path) with llama.cpp; refuse to overwrite."""
-    from localspec.backend.quantize import ftype_id, quantize
+    from localspec.tools import check_quant_type as ftype_id
+    from localspec.tools import quantize
 
     ftype_id(args.type)  # bad --type fails before any fetch
     src = resolve_model(args.src, progress=not args.quiet)
@@ -222,7 +223,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     """A parser holding only `models` (for scripts and tests; the real CLI has more)."""
-    from localspec.cli_parser import Parser
+    from localspec.cli.parser import Parser
 
     parser = Parser(prog="localspec")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

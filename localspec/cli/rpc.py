@@ -23,12 +23,12 @@ SECURITY_WARNING = (
 
 def _endpoints(text: str) -> list[str]:
     """argparse type of --rpc: 'HOST:PORT[,HOST:PORT...]' -> list (each checked)."""
-    from localspec.backend.rpc import split_endpoint
+    from localspec.tools import check_endpoint
 
     out = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         try:
-            split_endpoint(part)
+            check_endpoint(part)
         except ValueError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
         out.append(part)
@@ -49,13 +49,13 @@ def _device_list(text: str) -> list[str]:
 
 
 def cmd_rpc_server(a: argparse.Namespace) -> int:
-    from localspec.backend import rpc, rpc_server
+    from localspec import tools
 
-    server = rpc_server.RpcServer(a.host, a.port, a.device or None, a.threads, a.cache)
+    server = tools.rpc_server(a.host, a.port, a.device or None, a.threads, a.cache)
     if server.exposed:
         print(SECURITY_WARNING.format(host=a.host), file=sys.stderr)
     print(f"localspec rpc-server: listening on {server.endpoint} (ggml RPC protocol "
-          f"{rpc.PROTO_MAJOR}.{rpc.PROTO_MINOR}, {server.threads} CPU threads, "
+          f"{tools.rpc_protocol()}, {server.threads} CPU threads, "
           f"cache {server.cache_dir or 'off'})")
     for d in server.devices:
         print(f"  {d.name}: {d.description} ({d.total >> 20} MiB, {d.free >> 20} MiB free)")
@@ -71,7 +71,7 @@ def cmd_rpc_server(a: argparse.Namespace) -> int:
             pass
     except KeyboardInterrupt:
         print(f"localspec rpc-server on {server.endpoint} stopped", file=sys.stderr, flush=True)
-        rpc_server.flush_c_stdio()
+        tools.flush_c_stdio()
         # ggml's accept loop cannot be interrupted; exiting normally would run C++ static
         # destructors under that live thread, so leave at once (nothing here needs cleanup).
         os._exit(0)

@@ -1,0 +1,112 @@
+"""The engine's services besides generation, for frontends.
+
+Frontends (cli/, tui/, server/, bench/) reach the engine through two doors only: sessions
+(runtime.py: generation, chat, the cost model) and this module (what llama.cpp can run on,
+where a pair would be placed, RPC servers, re-quantization, PARSE's judge probe). Everything
+behind them (backend/: ctypes and llama_cpp; decode/: the loops and the KV bookkeeping) may
+change without a frontend noticing; tests/test_imports.py holds the wall. Imports are lazy:
+`localspec --help` must not load llama.cpp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from localspec.placement.load import LoadOptions
+    from localspec.placement.plan import Device, Placement
+    from localspec.session import SessionOptions
+
+
+# ------------------------------------------------------------------ devices and placement
+def devices() -> list[Device]:
+    """Every device llama.cpp's backends found (CPU included), with free/total memory."""
+    from localspec.backend import devices as d
+
+    return d.devices()
+
+
+def backends() -> list[str]:
+    from localspec.backend import devices as d
+
+    return d.backends()
+
+
+def gpu_backends() -> list[str]:
+    from localspec.backend import devices as d
+
+    return d.gpu_backends()
+
+
+def reinstall_hint() -> str:
+    from localspec.backend import devices as d
+
+    return d.reinstall_hint()
+
+
+def plan_models(opts: SessionOptions, models: Sequence[tuple[str, Path, LoadOptions]],
+                present: Sequence[Device] | None = None, *, estimate: bool = False) -> list[Placement]:
+    """Where each (role, path, load) would go under `opts` (no model is loaded)."""
+    from localspec.backend.offload import plan_models as plan
+
+    return plan(opts, models, present, estimate=estimate)
+
+
+# ------------------------------------------------------------------ RPC
+def connect_rpc(endpoints: Sequence[str]) -> None:
+    """Register llama.cpp RPC servers (checked first: refused, busy, not RPC, other version)."""
+    from localspec.backend.rpc import connect
+
+    connect(list(endpoints))
+
+
+def check_endpoint(text: str) -> None:
+    """ValueError naming the problem when `text` is not HOST:PORT."""
+    from localspec.backend.rpc import split_endpoint
+
+    split_endpoint(text)
+
+
+def rpc_protocol() -> str:
+    from localspec.backend import rpc
+
+    return f"{rpc.PROTO_MAJOR}.{rpc.PROTO_MINOR}"
+
+
+def rpc_server(host: str, port: int, devices: list[str] | None, threads: int | None, cache: str | None) -> Any:
+    """ggml's RPC server of this install (backend/rpc_server.py's RpcServer, not started)."""
+    from localspec.backend import rpc_server as rs
+
+    return rs.RpcServer(host, port, devices, threads, cache)
+
+
+def flush_c_stdio() -> None:
+    from localspec.backend import rpc_server as rs
+
+    rs.flush_c_stdio()
+
+
+# ------------------------------------------------------------------ models
+def check_quant_type(name: str) -> int:
+    """llama.cpp's file-type id of a quantization name (ConfigError naming the valid ones)."""
+    from localspec.backend.quantize import ftype_id
+
+    return ftype_id(name)
+
+
+def quantize(src: Path, out: Path, qtype: str, *, threads: int | None = None, progress: bool = True,
+             pure: bool = False) -> Path:
+    from localspec.backend.quantize import quantize as q
+
+    return q(src, out, qtype, threads=threads, progress=progress, pure=pure)
+
+
+# ------------------------------------------------------------------ PARSE calibration
+def parse_probe(sess: Any) -> Any:
+    """The judge probe on a loaded pair (decode/parse_probe.py): what `bench parse
+    calibrate` reads below the Session API, from the same pieces PARSE runs."""
+    from localspec.decode.parse_probe import Probe
+
+    return Probe(sess)
