@@ -40,6 +40,10 @@ METHOD_TABLE: dict[str, Method] = {m.name: m for m in (
 METHODS = tuple(METHOD_TABLE)
 SPECULATIVE = tuple(m.name for m in METHOD_TABLE.values() if m.verifier)  # K x L drafts + a verifier
 
+# who writes the drafts (`--spec-type`, llama.cpp's flag; its names are accepted too):
+# `draft` the draft model, `ngram` a lookup in the turn's own history (no model call)
+PROPOSERS = {"draft": "draft", "draft-simple": "draft", "ngram": "ngram", "ngram-simple": "ngram"}
+
 
 @dataclass
 class SamplingConfig:
@@ -107,6 +111,11 @@ class GenConfig:
     dynamic_draft: bool = True
     auto_K: bool = False  # K / L not given by the user: the cost model may choose them
     auto_L: bool = False
+    # proposers in the order they are tried each iteration (None: the draft model when there
+    # is one; auto adds the lookup where it pays)
+    spec_type: tuple[str, ...] | None = None
+    ngram_min: int = 2  # shortest history n-gram a lookup matches
+    ngram_max: int = 8  # longest (tried first)
 
     def draft_sampling(self) -> SamplingConfig:
         """The draft's transform: the target's, at --draft-temp when given.
@@ -132,6 +141,17 @@ class GenConfig:
             )
         if self.L < 1:
             raise ConfigError(f"-L/--draft-len must be >= 1 (got {self.L})")
+        if self.spec_type is not None:
+            bad = [t for t in self.spec_type if t not in PROPOSERS]
+            if bad or not self.spec_type:
+                raise ConfigError(f"--spec-type: {', '.join(bad) or 'empty'} is not a proposer "
+                                  f"(use draft, ngram, or both: ngram,draft)")
+            self.spec_type = tuple(dict.fromkeys(PROPOSERS[t] for t in self.spec_type))
+            if "ngram" in self.spec_type and self.K > 1 and not self.auto_K:
+                raise ConfigError(f"--spec-type ngram drafts one continuation: use -K 1 (got -K {self.K})")
+        if not 1 <= self.ngram_min <= self.ngram_max <= 64:
+            raise ConfigError(f"--spec-ngram-min/--spec-ngram-max must satisfy 1 <= min <= max <= 64 "
+                              f"(got {self.ngram_min}, {self.ngram_max})")
         if self.n_predict < 1:
             raise ConfigError(f"-n/--n-predict must be >= 1 (got {self.n_predict})")
         if self.draft_temp is not None and not 0.0 <= self.draft_temp < math.inf:

@@ -109,6 +109,8 @@ class Stats:
     # target pass, seconds per pass); (1.0, 1.0, an AR step) when it chose AR. A bench sets
     # this promise beside what it measured.
     predicted: list[tuple[float, float, float]] = field(default_factory=list)
+    lookup_drafted: int = 0  # of `drafted`: tokens a prompt lookup proposed (no model call)
+    lookup_accepted: int = 0  # ... and how many of them the target accepted
 
     @property
     def tok_per_s(self) -> float:
@@ -187,6 +189,10 @@ class Stats:
             "block_efficiency": self.block_efficiency,
             "drafted": self.drafted,
             "accepted_lengths": list(self.accepted_lengths),
+            # per proposer: lookup drafts (no model call) and the draft model's
+            "proposers": {"ngram": {"drafted": self.lookup_drafted, "accepted": self.lookup_accepted},
+                          "draft": {"drafted": self.drafted - self.lookup_drafted,
+                                    "accepted": sum(self.accepted_lengths) - self.lookup_accepted}},
             "draft_seconds": self.draft_seconds,
             "verify_seconds": self.verify_seconds,
             "overhead_seconds": self.overhead_seconds,
@@ -207,6 +213,7 @@ MERGE: dict[str, str] = {
     "accepted_lengths": "add", "position_accepts": "per-position", "position_trials": "per-position",
     "draft_seconds": "add", "verify_seconds": "add", "overhead_seconds": "add", "prompt_seconds": "add",
     "seconds": "add", "choice_note": "first", "ran": "join", "ar_estimate": "first", "predicted": "add",
+    "lookup_drafted": "add", "lookup_accepted": "add",
 }
 
 @dataclass(frozen=True)

@@ -253,8 +253,9 @@ class RuntimeSession:
 
     def _check(self, cfg: GenConfig) -> None:
         cfg.validate()
-        if cfg.method not in ("ar", "auto") and self.draft is None:
-            raise ConfigError(f"--method {cfg.method} needs a draft model (--draft / -md)")
+        if cfg.method not in ("ar", "auto") and self.draft is None and "draft" in (cfg.spec_type or ("draft",)):
+            raise ConfigError(f"--method {cfg.method} needs a draft model (--draft / -md), "
+                              "or --spec-type ngram (prompt lookup, no model)")
         need = cfg.K + 1
         if cfg.method not in ("ar", "parse") and need > self.options.n_seq_max:
             raise ConfigError(f"-K/--drafts {cfg.K} needs n_seq_max >= {need} (got {self.options.n_seq_max}); lower -K")
@@ -284,7 +285,7 @@ class RuntimeSession:
     def _pick_loop(self, cfg: GenConfig) -> tuple[Loop, str, bool]:
         """The loop for cfg.method, the method it runs, and whether it decides with the cost model."""
         method = cfg.method
-        if method == "ar" or (method == "auto" and self.draft is None):
+        if method == "ar" or (method == "auto" and self.draft is None and cfg.spec_type == ("draft",)):
             return ar_loop, "ar", False
         if method == "auto":
             from localspec.decode.auto import auto_loop
@@ -303,13 +304,15 @@ class RuntimeSession:
         """This pair's cost model, with the acceptance estimate of this kind of sampling
         (greedy / sampled) loaded. Timing a curve (first use, a stale curve, --recalibrate)
         takes seconds: it is reported as Progress events, with what is timed and how far."""
-        assert self.draft is not None
-        t, d, greedy = self.target.ctx, self.draft.ctx, cfg.sampling.greedy
+        t, greedy = self.target.ctx, cfg.sampling.greedy
         recal = self.options.recalibrate and not self._recalibrated
-        if not costmodel.timing_plan(t, d, self.costs, recal):
-            self.costs = costmodel.model_for(t, d, greedy, self.costs)
+        if self.draft is None:  # prompt lookups alone: the target's curve prices them
+            steps = costmodel.target_steps(t, self.costs, recal)
+        elif not costmodel.timing_plan(t, self.draft.ctx, self.costs, recal):
+            self.costs = costmodel.model_for(t, self.draft.ctx, greedy, self.costs)
             return self.costs
-        steps = costmodel.model_steps(t, d, greedy, self.costs, recal)
+        else:
+            steps = costmodel.model_steps(t, self.draft.ctx, greedy, self.costs, recal)
         while True:
             try:
                 name, done, total = next(steps)
@@ -388,8 +391,8 @@ class RuntimeSession:
             for st in (self.target, self.draft):
                 if st is not None:
                     st.repair()
-            if turn.costs is not None and self.draft is not None:
-                costmodel.save(self.target.ctx, self.draft.ctx, turn.costs)
+            if turn.costs is not None:
+                costmodel.save(self.target.ctx, self.draft.ctx if self.draft else None, turn.costs)
             text = turn.emitter.text
             self._last = (prompt_text, list(tokens), list(turn.emitter.tokens), text)
         update = turn.tick()

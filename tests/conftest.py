@@ -14,7 +14,6 @@ import pytest
 
 from localspec.models import resolve_model
 
-
 # fixtures that hand a test a model file: a test using any of them (directly or through
 # another fixture) loads a model through llama.cpp and is marked `model` (see tests/README.md)
 MODEL_FIXTURES = {"smollm2_path", "smollm2_q8_path", "smollm2_q4_0_path", "tiny", "files",

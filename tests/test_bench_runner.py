@@ -84,7 +84,7 @@ def test_peer_gets_rendered_text_without_a_second_bos(monkeypatch: pytest.Monkey
     for bos, expect in ((BOS, "<user>hi<assistant>"), ("", BOS + "<user>hi<assistant>")):
         r = Runner(Scripted(bos), _args(), models).peer(Prompt("chat", "c1", "hi"), peer_spec, seed=3)
         assert seen[-1][0] == expect
-    assert seen[-1][1:] == (6, 2, 16, 0.75, 0.0, 3, {"ctx_size": 512})
+    assert seen[-1][1:] == (6, 2, 16, 0.75, 0.0, 3, {"ctx_size": 512, "spec_type": "draft-simple"})
     assert (r.method, r.label, r.n_tokens, r.target_calls, r.block_efficiency) == (PEER, "llama.cpp n_max=16", 8, 0, None)
     assert r.extra["acceptance"] == 0.8
 

@@ -143,6 +143,7 @@ def test_poisoned_cache_is_healed_within_one_turn(home, clock, smollm2_path, smo
     s.close()
 
 
+@pytest.mark.slow  # times all 27 batch sizes x 5
 def test_recalibrate_times_every_size_once(home, smollm2_path, smollm2_q4_0_path) -> None:
     s = session(smollm2_path, smollm2_q4_0_path, recalibrate=True)
     cfg = GenConfig(method="auto", n_predict=4, auto_K=True, auto_L=True)

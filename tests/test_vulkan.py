@@ -48,7 +48,8 @@ def _vulkan_missing() -> str | None:
 
 
 MISSING = _vulkan_missing()
-pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+# lavapipe runs a model ~50x slower than the CPU backend: the long tier (.ci/run runs it)
+pytestmark = [pytest.mark.skipif(MISSING is not None, reason=MISSING or ""), pytest.mark.slow]
 
 
 def worker(*args: str, devices: str = "0", timeout: float = 600) -> tuple[dict, str]:

@@ -226,6 +226,7 @@ def build_speculative_cmd(
     top_p: float = 0.95,
     min_p: float = 0.05,
     extra_args: Sequence[str] = (),
+    spec_type: str = "draft-simple",
 ) -> list[str]:
     """The command line, flag names as in the vendored llama.cpp (common/arg.cpp).
 
@@ -236,11 +237,12 @@ def build_speculative_cmd(
     generation and batch, as localspec uses; sampler defaults equal localspec's.
     """
     t = str(threads)
+    uses_draft = any(kind.startswith("draft") for kind in spec_type.split(","))
     return [
         str(binary),
         "-m", str(target),
-        "-md", str(draft),
-        "--spec-type", "draft-simple",
+        *(["-md", str(draft)] if uses_draft else []),
+        "--spec-type", spec_type,
         "-p", prompt,
         "--no-escape",
         "-n", str(n_predict),

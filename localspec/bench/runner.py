@@ -42,16 +42,18 @@ class Spec:
     L: int = 0
     T: float = 0.0
     free: bool = False
+    proposers: str = ""  # --spec-type (localspec: draft / ngram; the peer: llama.cpp's names)
 
     @property
     def label(self) -> str:
+        via = f" [{self.proposers}]" if self.proposers else ""
         if self.method == "ar":
             return "ar"
         if self.method == PEER:
-            return f"{PEER} n_max={self.L}"
+            return f"{PEER}{via} n_max={self.L}"
         if self.method == "auto":
-            return "auto" if self.free else f"auto K={self.K} L<={self.L}"
-        return f"{self.method} K={self.K} L={self.L}"
+            return ("auto" if self.free else f"auto K={self.K} L<={self.L}") + via
+        return f"{self.method}{via} K={self.K} L={self.L}"
 
     def gen(self, a: argparse.Namespace, seed: int) -> GenConfig:
         """The GenConfig of this spec under the bench flags `a` (n_predict, draft_temp and,
@@ -60,6 +62,7 @@ class Spec:
         return GenConfig(
             method=self.method, K=self.K, L=max(self.L, 1), n_predict=a.n_predict, seed=seed,
             draft_temp=a.draft_temp, sampling=SamplingConfig(temp=self.T), auto_K=free, auto_L=free,
+            spec_type=tuple(self.proposers.split(",")) if self.proposers else None,
         )  # fmt: skip
 
 
@@ -122,6 +125,11 @@ class Job:
     seed: int
     peer: Spec | None = None
     extra: dict = field(default_factory=dict)
+    more_peers: list[Spec] = field(default_factory=list)  # other llama.cpp --spec-type settings
+
+    @property
+    def peers(self) -> list[Spec]:
+        return ([self.peer] if self.peer is not None else []) + self.more_peers
 
 
 def drain(events: Iterable[Event], keep: list[Event] | None = None) -> Done:
@@ -199,6 +207,7 @@ class Runner:
         r = peer.run_speculative_simple(
             *self.peer_models, text, n_predict=a.n_predict, threads=a.threads or 2, draft_max=s.L,
             draft_min=0, p_min=a.peer_p_min, temp=s.T, seed=seed, ctx_size=a.ctx,
+            spec_type=s.proposers or "draft-simple",
         )  # fmt: skip
         return Run(
             p.dataset, p.id, PEER, 1, s.L, s.T, r.tok_per_s, r.n_predict, 0, r.seconds, text=r.text or "",
@@ -212,7 +221,7 @@ class Runner:
 
         runs: list[Run] = []
         interrupted = False
-        with_peer = [j.peer is not None and self.peer_models is not None for j in jobs]
+        with_peer = [len(j.peers) if self.peer_models is not None else 0 for j in jobs]
         total = sum(len(j.specs) + w for j, w in zip(jobs, with_peer, strict=True))
         bar = tqdm(total=total, desc=desc, unit="run", file=sys.stderr, dynamic_ncols=True)
         try:
@@ -224,10 +233,12 @@ class Runner:
                     r.extra.update(job.extra)
                     runs.append(r)
                     bar.update(1)
-                if job.peer is not None and self.peer_models is not None:
-                    bar.set_postfix_str(f"{p.id} {job.peer.label}")
+                for ps in job.peers:
+                    if self.peer_models is None:
+                        break
+                    bar.set_postfix_str(f"{p.id} {ps.label}")
                     try:
-                        runs.append(self.peer(p, job.peer, job.seed))
+                        runs.append(self.peer(p, ps, job.seed))
                     except (peer.PeerRunError, peer.PeerNotBuiltError) as e:
                         print(f"\nllama.cpp peer failed, no more peer runs: {e}", file=sys.stderr)
                         self.peer_models = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from dataclasses import replace
 
@@ -32,15 +33,17 @@ def parse_grid(methods: list[str], grid: list[str], T: float = 0.0) -> list[Spec
     may fall back to AR): how K drafts with a dynamic length compare with fixed blocks.
     """
     out = [spec("ar", T=T)]
-    for m in methods:
+    for token in methods:
+        m, _, via = token.partition("+")  # "sd+ngram": sd with --spec-type ngram
         if m == "ar":
             continue
         if m == "auto":
-            out.append(Spec("auto", 1, 8, T, free=True))
+            out.append(Spec("auto", 1, 8, T, free=True, proposers=via))
             continue
         for g in grid:
             K, L = (int(v) for v in g.split(":"))
             s = Spec("auto", K, L, T) if m == "dyn" else spec(m, K, L, T)
+            s = replace(s, proposers=via)
             if s.label not in [c.label for c in out]:
                 out.append(s)
     return out
@@ -177,19 +180,24 @@ def main(a: argparse.Namespace) -> int:
     if a.quick:
         a.n_predict = min(a.n_predict, 64)
     configs = parse_grid(a.methods, a.grid, a.temp)
-    peer_spec = Spec(PEER, 1, a.peer_draft_max, a.temp)
+    peer_specs = [Spec(PEER, 1, a.peer_draft_max, a.temp, proposers=t) for t in a.peer_spec_types]
+    peer_spec = peer_specs[0]
     models = peer_paths(a.peer, target, draft)
     sess = open_session(target, draft, bench_options(a))
     jobs = [
-        Job(replace(p, id=f"{p.id}#{rep}"), configs, 1000 * rep + pi, peer_spec)
+        Job(replace(p, id=f"{p.id}#{rep}"), configs, 1000 * rep + pi, peer_spec, more_peers=peer_specs[1:])
         for rep in range(a.repeats) for pi, p in enumerate(prompts)
     ]  # fmt: skip
     try:
         results, interrupted = Runner(sess, a, models).run_all(jobs, "bench speed")
     finally:
         sess.close()
-    labels = [c.label for c in configs] + ([peer_spec.label] if any(r.method == PEER for r in results) else [])
-    md, summary = table(results, labels, [j.prompt.id for j in jobs], peer_spec.label)
+    ran_peers = [s.label for s in peer_specs if any(r.label == s.label for r in results)]
+    labels = [c.label for c in configs] + ran_peers
+    # the llama.cpp column the ratios are taken to: its fastest setting here (median tok/s)
+    best_peer = max(ran_peers, key=lambda lb: statistics.median(r.tok_per_s for r in results if r.label == lb),
+                    default=peer_spec.label)
+    md, summary = table(results, labels, [j.prompt.id for j in jobs], best_peer)
     greedy_same = greedy_identical(results) if a.temp == 0 else None
     head = (
         f"target {target} <- draft {draft}; {len(prompts)} prompts x {a.repeats}; n={a.n_predict}; "
@@ -237,7 +245,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "(auto held to each grid K, L the cap of its dynamic length)")
     p.add_argument("--grid", nargs="+", default=["1:8", "3:6"], help="K:L settings for explicit methods")
     p.add_argument("--prompts", default=None, help="JSONL prompts file (default: shipped code/chat/math set)")
-    p.add_argument("--kinds", nargs="*", default=None, help="prompt kinds to keep (code, chat, math)")
+    p.add_argument("--kinds", nargs="*", default=None, help="prompt kinds to keep (code, chat, math, edit)")
     p.add_argument("--limit", type=int, default=None, help="first N prompts only")
     p.add_argument("-n", "--n-predict", dest="n_predict", type=int, default=200)
     p.add_argument("--temp", type=float, default=0.0)
@@ -250,6 +258,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,
                    help="include llama.cpp's llama-speculative-simple when built")
     p.add_argument("--peer-draft-max", type=int, default=16, help="peer --spec-draft-n-max (its default 16)")
+    p.add_argument("--peer-spec-types", nargs="+", default=["draft-simple"], metavar="TYPE[,TYPE]",
+                   help="llama.cpp --spec-type settings to run side by side (e.g. draft-simple ngram-simple "
+                   "ngram-map-k ngram-mod draft-simple,ngram-mod); ratios are taken to the fastest")
     p.add_argument("--peer-p-min", type=float, default=0.75, help="peer --spec-draft-p-min (its default 0.75)")
     p.add_argument("--quick", action="store_true", help="3 prompts x 64 tokens smoke run")
     p.add_argument("--out", default=None, help="write JSON results here")

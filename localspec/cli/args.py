@@ -42,6 +42,15 @@ def add_gen_args(p: argparse.ArgumentParser) -> None:
                    help="auto (cost model picks, falls back to AR), ar, sd (token-level), gbv (block), "
                    "spectr (multi-draft), spectr-gbv (published; NOT lossless for K>=2), "
                    "mdbv (lossless multi-draft block), parse (lossy: judge whole answers)")
+    g.add_argument("--spec-type", default=None, metavar="TYPE[,TYPE]",
+                   type=lambda v: tuple(t.strip() for t in v.split(",") if t.strip()),
+                   help="who drafts, tried in this order each iteration (llama.cpp's flag): draft (the draft "
+                   "model, -md), ngram (a lookup in the prompt and the answer so far: no model call, pays "
+                   "on edits and quotes), or ngram,draft. Default: the draft model; auto also uses the "
+                   "lookup where the cost model says it pays, and with no -md the lookup alone")
+    g.add_argument("--spec-ngram-min", type=int, default=2, metavar="N", help="shortest n-gram a lookup matches")
+    g.add_argument("--spec-ngram-max", type=int, default=8, metavar="N",
+                   help="longest n-gram a lookup matches (the longest match wins)")
     g.add_argument("-K", "--drafts", dest="K", type=int, default=None, help="drafts per iteration (default: auto/1)")
     g.add_argument("-L", "--draft-len", "--spec-draft-n-max", "--draft-max", dest="L", type=int, default=None,
                    help="max draft tokens per iteration (default: auto/8)")
@@ -93,6 +102,9 @@ def gen_config(a: argparse.Namespace) -> GenConfig:
         dynamic_draft=not a.no_dynamic_draft,
         auto_K=a.K is None,
         auto_L=a.L is None,
+        spec_type=a.spec_type,
+        ngram_min=a.spec_ngram_min,
+        ngram_max=a.spec_ngram_max,
     )
     cfg.validate()
     return cfg

@@ -103,6 +103,21 @@ def model_steps(
     return cm
 
 
+def target_steps(
+    target: Context, cm: CostModel | None = None, recalibrate: bool = False
+) -> Generator[Progress, None, CostModel]:
+    """The cost model of a target alone (no draft: auto's prompt lookups price themselves
+    against its curve, costmodel/lookup.py); the draft curve is free."""
+    curve = None if recalibrate else (cm.target if cm is not None and not cm.target.stale else load_curve(target))
+    if curve is None:
+        curve = yield from _timed(target, recalibrate)
+    if cm is None:
+        cm = CostModel(curve, CostCurve([1], [0.0]))
+    cm.target = curve
+    target.on_decode = cm.target.observe  # heals from live decodes, as with a pair
+    return cm
+
+
 def _timed(ctx: Context, full: bool) -> Generator[Progress, None, CostCurve]:
     gen = timing_steps(ctx, full=full)
     name = ctx.model.path.name
@@ -131,9 +146,11 @@ def model_for(
             return stop.value
 
 
-def save(target: Context, draft: Context, cm: CostModel) -> None:
+def save(target: Context, draft: Context | None, cm: CostModel) -> None:
     """Persist what this turn learned: the acceptance and any healed curve."""
     cm.save_acceptance()
     for ctx, curve in ((target, cm.target), (draft, cm.draft)):
+        if ctx is None:
+            continue
         if curve.dirty:
             save_curve(ctx, curve)

@@ -10,7 +10,8 @@ from localspec.costmodel.predict import CostModel, dynamic_length, length_cap, p
 def explain(cm: CostModel | None, cfg: GenConfig) -> str:
     """A table of predictions and the choice, for --explain (cm None: there is no draft)."""
     if cm is None:
-        return "no draft model: plain autoregressive decoding"
+        return ("no draft model: prompt lookups in the turn's own text where they pay (the target's "
+                "curve x their acceptance), else plain autoregressive decoding")
     best, ar = cm.choose(cfg)
     lines = [
         f"cost model (alpha={cm.acceptance.alpha:.2f}; target 1 tok {cm.target(1) * 1e3:.1f} ms, "

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from localspec.costmodel import CostModel, dynamic_length, length_cap, per_draft_length
+from localspec.costmodel.lookup import LookupGate
 from localspec.decode.autoregressive import ar_step
+from localspec.decode.lookup import LookupProposer
 from localspec.decode.proposer import Proposer
 from localspec.decode.speculative import SpecSettings, spec_iteration
 from localspec.decode.turn import Turn
@@ -22,6 +24,7 @@ RECHECK_EVERY = 8  # speculative iterations between re-decisions
 PROBE_EVERY = 32  # AR tokens between speculative probes (only if speculation could pay)
 FIRST_PROBE = 4  # with little evidence about this pair, probe early
 AR_CHECKS = 3  # plain steps a cost model may take to see the AR cost live (per session)
+LOOKUP_MAX_L = 16  # longest lookup draft (the gate picks the length that pays most)
 
 
 def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
@@ -67,15 +70,45 @@ def _ran(settings: SpecSettings | None) -> str:
     return f"{settings.method} K={settings.K} L{'<=' if settings.stop is not None else '='}{settings.L}"
 
 
+def lookup_or_ar(turn: Turn, cm: CostModel, lookup: LookupProposer | None, gate: LookupGate,
+                 rng: NumpyRNG) -> list[Event] | None:
+    """Where the draft model does not run: a lookup draft when the history has one and the
+    gate says it pays (target curve x the lookups' acceptance), else one plain step."""
+    if lookup is not None:
+        trie = lookup.propose(turn.target.committed, 1, LOOKUP_MAX_L)
+        if trie is not None:
+            n = lookup.matched
+            L, _ = gate.best_length(cm.target, n, trie.L)
+            if L:
+                st = SpecSettings("sd" if turn.cfg.sampling.greedy else "gbv", 1, L)
+                res = spec_iteration(turn, st, lookup, rng)  # the same continuation, cut to L
+                if res is None:
+                    return None
+                if res.drafted:
+                    gate.update(n, res.decision.tau, res.drafted)
+                    gate.overhead = 0.9 * gate.overhead + 0.1 * res.overhead_seconds
+                return res.events
+    return ar_step(turn)
+
+
 def auto_loop(turn: Turn) -> Iterator[Event]:
-    """Run the cost model's choice; re-decide every RECHECK_EVERY iterations, probe while AR."""
+    """Run the cost model's choice; re-decide every RECHECK_EVERY iterations, probe while AR.
+
+    Where it runs plain decoding (the draft does not pay, or there is no draft), a lookup in
+    the turn's own history drafts instead whenever the gate predicts it pays."""
     cm = turn.costs
-    assert cm is not None and turn.draft is not None, "auto needs a cost model and a draft"
+    assert cm is not None, "auto needs a cost model"
     rng = NumpyRNG(turn.rng)
+    kinds = turn.cfg.spec_type or ("ngram", "draft")
     # the proposer's dynamic length and the cost model share one acceptance estimate:
     # every verification teaches both
-    proposer = Proposer(turn.draft, turn.cfg.draft_sampling(), turn.rng, learner=cm.acceptance)
-    settings = _decide(cm, turn)
+    proposer = (Proposer(turn.draft, turn.cfg.draft_sampling(), turn.rng, learner=cm.acceptance)
+                if turn.draft is not None and "draft" in kinds else None)
+    lookup = LookupProposer(turn.cfg.ngram_min, turn.cfg.ngram_max) if "ngram" in kinds else None
+    gate = LookupGate()
+    settings = _decide(cm, turn) if proposer is not None else None
+    if proposer is None:
+        turn.stats.choice_note = "no draft model: prompt lookup where it pays, else plain decoding"
     ran = [_ran(settings)]
     turn.stats.ran = ran[0]
     turn.stats.ar_estimate = cm.ar()
@@ -83,7 +116,7 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
     while not turn.should_stop():
         wait = FIRST_PROBE if cm.acceptance.trials < 16 else PROBE_EVERY
         # read when a probe is due (the curves heal as the turn runs), not on every iteration
-        probe = settings is None and since >= wait and _could_pay(cm)
+        probe = proposer is not None and settings is None and since >= wait and _could_pay(cm)
         # before re-deciding, make sure the AR cost it compares with was seen live at least
         # a few times (a speculating turn never decodes one token alone, and a cached AR
         # cost that lies would otherwise never be corrected): a few AR steps per session
@@ -91,6 +124,7 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
         if check_ar:
             cm.ar_checks += 1
         if (settings is not None or probe) and not check_ar:
+            assert proposer is not None
             st = settings or SpecSettings("sd" if turn.cfg.sampling.greedy else "gbv", 1, 4)
             res = spec_iteration(turn, st, proposer, rng)
             events = None
@@ -99,7 +133,7 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
                 cm.overhead = 0.9 * cm.overhead + 0.1 * res.overhead_seconds
                 events = res.events
         else:
-            events = ar_step(turn)
+            events = lookup_or_ar(turn, cm, lookup, gate, rng) if not check_ar else ar_step(turn)
         if events is None:
             turn.emitter.close("context_full")
             return
@@ -112,5 +146,7 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
                 ran.append(now)
                 turn.stats.ran = " then ".join(ran[:3]) + (" ..." if len(ran) > 3 else "")
         turn.stats.ar_estimate = cm.ar()  # the curves heal as the turn runs
+        if turn.stats.lookup_drafted and "ngram" not in turn.stats.ran:
+            turn.stats.ran += " + ngram lookups"
         yield from events
         yield turn.tick()

@@ -228,11 +228,14 @@ class Learner(Protocol):
 
 
 class Proposer:
-    """The draft model's side of a turn: drafts, keeps the accepted draft, learns.
+    """The draft model's side of a turn (`--spec-type draft`): drafts, keeps the accepted
+    draft, learns. decode/lookup.py has the draftless kinds behind the same shape.
 
     sampling: the draft's transform (the target's, at --draft-temp when given); gen: the
     turn's random stream; learner: updated with every verification outcome (auto's
     calibrated acceptance), None when nothing learns (fixed settings)."""
+
+    kind = "draft"
 
     def __init__(
         self, draft: KVState, sampling: SamplingConfig, gen: np.random.Generator, learner: Learner | None = None
@@ -263,3 +266,7 @@ class Proposer:
         """Learn from one verification: tau of `drafted` tokens accepted."""
         if self.learner is not None:
             self.learner.update(tau, drafted, confs)
+
+    def draft_calls(self, trie: DraftTrie) -> int:
+        """Draft decodes this proposal took (the pending tokens' + one per evaluated depth)."""
+        return trie.evaluated_depth + 1

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from localspec.decode.autoregressive import target_step
 from localspec.decode.blocks import PAD, one_hot, verify_rows
+from localspec.decode.lookup import ChainProposer, LookupProposer
 from localspec.decode.proposer import DraftStop, DraftTrie, Proposer
 from localspec.decode.state import MAIN, KVState
 from localspec.decode.turn import Turn
@@ -92,11 +94,14 @@ class IterationResult:
 
 
 def spec_iteration(turn: Turn, st: SpecSettings, proposer: Proposer, rng: NumpyRNG) -> IterationResult | None:
-    """One iteration: draft, score (one decode), verify, commit. None when the context is full."""
+    """One iteration: draft, score (one decode), verify, commit. None when the context is full.
+
+    A proposer with nothing to draft (a lookup without a match) returns None: the target
+    then writes the token itself (one plain step, as AR)."""
     stats, emitter = turn.stats, turn.emitter
     tgt, dft = turn.target, proposer.draft
     L = min(st.L, emitter.remaining + 1)
-    room = tgt.ctx.n_ctx - max(tgt.n_past + len(tgt.pending), dft.n_past + len(dft.pending))
+    room = tgt.ctx.n_ctx - max(tgt.n_past + len(tgt.pending), dft.n_past + len(dft.pending) if dft else 0)
     L = min(L, (room - 1) // max(st.K, 1))
     if L < 1:
         return None
@@ -104,6 +109,13 @@ def spec_iteration(turn: Turn, st: SpecSettings, proposer: Proposer, rng: NumpyR
     greedy_first = st.K > 1 and turn.cfg.sampling.greedy
     trie = proposer.propose(tgt.committed, st.K, L, st.stop, greedy_first, st.per_draft)
     t1 = time.perf_counter()
+    if trie is None:
+        written = target_step(turn)
+        if written is None:
+            return None
+        stats.iterations += 1
+        return IterationResult([written], Decision(0, 0, written.tokens[0]), 0, [], t1 - t0,
+                               time.perf_counter() - t1, 0.0)
     rows, lane = score(tgt, trie)
     t2 = time.perf_counter()
     x = trie.tokens()
@@ -114,8 +126,11 @@ def spec_iteration(turn: Turn, st: SpecSettings, proposer: Proposer, rng: NumpyR
     proposer.accept(trie, d.k, d.tau, d.token)
     stats.iterations += 1
     stats.target_calls += 1
-    stats.draft_calls += trie.evaluated_depth + 1
+    stats.draft_calls += proposer.draft_calls(trie)
     stats.record(d.tau, own)
+    if getattr(proposer, "last", proposer).kind == "ngram":
+        stats.lookup_drafted += own
+        stats.lookup_accepted += d.tau
     events = _events(turn, x, d, acc, own)
     t3 = time.perf_counter()
     stats.draft_seconds += t1 - t0
@@ -140,19 +155,31 @@ def _events(turn: Turn, x: np.ndarray, d: Decision, acc: list[int], own: int) ->
     return events
 
 
+def make_proposer(turn: Turn) -> Proposer | LookupProposer | ChainProposer:
+    """The proposers --spec-type names, in its order (default: the draft model)."""
+    parts: list = []
+    for kind in turn.cfg.spec_type or ("draft",):
+        if kind == "ngram":
+            parts.append(LookupProposer(turn.cfg.ngram_min, turn.cfg.ngram_max))
+        elif turn.draft is not None:
+            parts.append(Proposer(turn.draft, turn.cfg.draft_sampling(), turn.rng))
+    assert parts, "a speculative method with no proposer (the runtime checks for a draft)"
+    return parts[0] if len(parts) == 1 else ChainProposer(parts)
+
+
 def speculative_loop(turn: Turn) -> Iterator[Event]:
     """Generate with K drafts of L tokens per target call, verified by the configured method."""
     cfg = turn.cfg
-    turn.stats.ran = f"{turn.method} K={cfg.K} L={cfg.L}"
+    kinds = ",".join(cfg.spec_type) if cfg.spec_type and cfg.spec_type != ("draft",) else ""
+    turn.stats.ran = f"{turn.method} K={cfg.K} L={cfg.L}" + (f" {kinds}" if kinds else "")
     yield from run_blocks(turn, SpecSettings(turn.method, cfg.K, cfg.L))
 
 
 def run_blocks(turn: Turn, st: SpecSettings) -> Iterator[Event]:
     """Speculative iterations with fixed settings until the turn stops (also PARSE's
     `--parse-resume spec` finish)."""
-    assert turn.draft is not None
     rng = NumpyRNG(turn.rng)
-    proposer = Proposer(turn.draft, turn.cfg.draft_sampling(), turn.rng)
+    proposer = make_proposer(turn)
     while not turn.should_stop():
         res = spec_iteration(turn, st, proposer, rng)
         if res is None:

@@ -1,0 +1,50 @@
+"""When a lookup draft pays: the target's measured batch curve x the lookups' own acceptance.
+
+A lookup draft (decode/lookup.py) costs no model call, but verifying L looked-up tokens
+costs a target decode of 1 + L tokens instead of 1. With a chance alpha that each next
+token is accepted, one verification emits E = 1 + alpha + ... + alpha^L tokens, so L tokens
+pay when E / (target(1 + L) + overhead) beats 1 / target(1) by MARGIN. alpha is learned per
+matched n-gram length (a 6-token match is a better bet than a 2-token one), from every
+verification, starting from a prior that tries a lookup a few times before trusting it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from localspec.costmodel.curves import CostCurve
+from localspec.costmodel.predict import MARGIN
+
+PRIOR_ACCEPTED, PRIOR_TRIALS = 1.0, 2.0  # alpha 0.5 before any evidence
+
+
+@dataclass
+class LookupGate:
+    """Per matched n-gram length: accepted / reached draft positions (Beta counts)."""
+
+    accepted: dict[int, float] = field(default_factory=dict)
+    trials: dict[int, float] = field(default_factory=dict)
+    overhead: float = 0.001  # Python work of a lookup iteration (seconds), updated live
+
+    def alpha(self, n: int) -> float:
+        return (PRIOR_ACCEPTED + self.accepted.get(n, 0.0)) / (PRIOR_TRIALS + self.trials.get(n, 0.0))
+
+    def update(self, n: int, tau: int, L: int) -> None:
+        """A verification of an L-token lookup (n-gram of length n) accepted tau tokens."""
+        self.accepted[n] = self.accepted.get(n, 0.0) + tau
+        self.trials[n] = self.trials.get(n, 0.0) + min(tau + 1, L)
+
+    def best_length(self, target: CostCurve, n: int, available: int) -> tuple[int, float]:
+        """(draft length that pays most, its predicted speedup over AR); (0, 1.0) when no
+        length beats AR by MARGIN."""
+        a, ar = self.alpha(n), 1.0 / target(1)
+        best, best_rate = 0, 0.0
+        e = 1.0
+        for L in range(1, available + 1):
+            e += a**L
+            rate = e / (target(1 + L) + self.overhead)
+            if rate > best_rate:
+                best, best_rate = L, rate
+        if best_rate <= MARGIN * ar:
+            return 0, 1.0
+        return best, best_rate / ar

@@ -1,0 +1,222 @@
+"""Prompt lookup (`--spec-type ngram`): drafts read off the turn's own text, verified losslessly.
+
+The index and the proposer are checked directly; on SmolLM2 every lossless method with a
+lookup draft, the lookup chained before the draft model, and `auto` without a draft model
+must give AR's greedy text token for token, with partial acceptances among the iterations.
+The enumeration that proves point-mass drafts exact is in tests/test_verify_exact.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from localspec.config import GenConfig, SamplingConfig
+from localspec.decode.lookup import ChainProposer, LookupProposer, NgramIndex
+from localspec.errors import ConfigError
+
+CODE = ("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
+        "def mul(a, b):\n    return a * b\n\n\ndef div(a, b):\n    return a / b\n")
+EOG = -1  # the law test's cell for "the answer ended here"
+EDIT = [{"role": "user", "content": "Return this code exactly as it is, with a docstring added to each "
+         "function:\n\n" + CODE}]
+
+
+def test_the_longest_latest_match_wins():
+    idx = NgramIndex(2, 4)
+    h = [1, 2, 3, 9, 1, 2, 3, 7, 5, 1, 2, 3]
+    idx.extend(h)
+    # tail 1 2 3: matched at 4 (latest earlier start), continuation 7 5 ...
+    assert idx.continuation(3) == ([7, 5, 1], 3)
+    idx.extend([*h, 7])  # grown: tail 2 3 7 occurred at 5 -> 5 1 2 3
+    assert idx.continuation(2) == ([5, 1], 4)
+    idx.extend([4, 4])  # not an extension: a new history
+    assert idx.history == [4, 4] and idx.continuation(5) == ([], 0)
+
+
+def test_extending_equals_indexing_at_once():
+    rng = np.random.default_rng(0)
+    h = [int(t) for t in rng.integers(0, 4, size=200)]
+    step, once = NgramIndex(2, 5), NgramIndex(2, 5)
+    for i in range(1, len(h) + 1, 7):
+        step.extend(h[:i])
+    step.extend(h)
+    once.extend(h)
+    assert step.starts == once.starts
+    for n in range(2, 6):  # every indexed start is the latest one with a continuation
+        for key, s in once.starts.items():
+            if len(key) == n:
+                later = [j for j in range(s + 1, len(h) - n) if tuple(h[j:j + n]) == key]
+                assert not later and tuple(h[s:s + n]) == key
+
+
+def test_a_lookup_draft_is_a_point_mass_chain():
+    p = LookupProposer(2, 3)
+    assert p.propose([5, 6, 7], 1, 4) is None  # nothing repeats yet
+    trie = p.propose([5, 6, 7, 8, 5, 6], 1, 4)
+    assert trie is not None and p.matched == 2
+    assert [n.token for n in trie.nodes] == [7, 8, 5, 6] and trie.path == [[0, 1, 2, 3]]
+    assert all(r.ids.tolist() == [t] and r.probs.tolist() == [1.0] for r, t in zip(trie.q[0], [7, 8, 5, 6], strict=True))
+    assert p.draft_calls(trie) == 0
+
+
+def test_a_chain_drafts_with_the_first_that_has_a_draft():
+    class Fixed:
+        kind, draft = "draft", None
+
+        def __init__(self):
+            self.proposed = 0
+
+        def propose(self, committed, K, L, *a):
+            self.proposed += 1
+            return "from-draft"
+
+        def draft_calls(self, trie):
+            return 3
+
+    fixed = Fixed()
+    chain = ChainProposer([LookupProposer(2, 3), fixed])
+    assert chain.propose([1, 2, 3], 1, 4) == "from-draft" and chain.draft_calls(None) == 3
+    assert chain.propose([1, 2, 3, 1, 2], 1, 4) is not None and chain.last.kind == "ngram"
+    assert fixed.proposed == 1  # the draft model was not asked while the lookup had one
+
+
+def test_spec_type_is_checked():
+    for bad in (("nonsense",), ()):
+        with pytest.raises(ConfigError, match="--spec-type"):
+            GenConfig(spec_type=bad).validate()
+    with pytest.raises(ConfigError, match="one continuation"):
+        GenConfig(method="mdbv", K=2, spec_type=("ngram",)).validate()
+    cfg = GenConfig(spec_type=("ngram-simple", "draft-simple"))
+    cfg.validate()
+    assert cfg.spec_type == ("ngram", "draft")  # llama.cpp's names are accepted
+    with pytest.raises(ConfigError, match="--spec-ngram"):
+        GenConfig(ngram_min=5, ngram_max=3).validate()
+
+
+# ---------------------------------------------------------------- on a real model
+def greedy(method: str, **kw) -> GenConfig:
+    cfg = GenConfig(method=method, n_predict=kw.pop("n", 96), seed=1, sampling=SamplingConfig(temp=0.0),
+                    dynamic_draft=False, **kw)
+    cfg.validate()
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def smol(smollm2_path, smollm2_q4_0_path):
+    from tests.support.helpers import session
+
+    s = session(smollm2_path, smollm2_q4_0_path)
+    ref = list(s.generate(EDIT, greedy("ar")))[-1]
+    return s, ref
+
+
+@pytest.mark.parametrize("method", ["sd", "gbv", "spectr", "mdbv"])
+def test_lookup_drafts_give_ar_text(smol, method):
+    s, ref = smol
+    done = list(s.generate(EDIT, greedy(method, L=6, spec_type=("ngram",))))[-1]
+    st = done.stats
+    assert done.text == ref.text and s.last_tokens == s.last_tokens
+    assert st.lookup_drafted > 0 and st.draft_calls == 0  # no model drafted
+    assert any(0 < t < 6 for t in st.accepted_lengths) and st.target_calls < st.n_tokens
+
+
+def test_lookup_chained_before_the_draft_model_gives_ar_text(smol):
+    s, ref = smol
+    done = list(s.generate(EDIT, greedy("gbv", L=5, spec_type=("ngram", "draft"))))[-1]
+    st = done.stats
+    assert done.text == ref.text
+    assert 0 < st.lookup_drafted < st.drafted and st.draft_calls > 0  # both proposers drafted
+    j = done.stats.to_json()["proposers"]
+    assert j["ngram"]["drafted"] == st.lookup_drafted and j["draft"]["drafted"] == st.drafted - st.lookup_drafted
+
+
+def test_auto_without_a_draft_model_uses_lookups_where_the_gate_says_they_pay(smollm2_path, monkeypatch, tmp_path):
+    """No -md: auto prices lookups with the target's curve; under a curve where verifying
+    more tokens is nearly free (a GPU's, a big memory-bound target's) it drafts by lookup,
+    under this CPU's real SmolLM2 curve it may not -- either way the text is AR's."""
+    from localspec import costmodel
+    from localspec.costmodel import CostCurve
+    from tests.support.helpers import session
+
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    s = session(smollm2_path)
+    ref = list(s.generate(EDIT, greedy("ar")))[-1]
+    cfg = GenConfig(method="auto", n_predict=96, seed=1, sampling=SamplingConfig(temp=0.0), auto_K=True, auto_L=True)
+    real = list(s.generate(EDIT, cfg))[-1]
+    assert real.text == ref.text and real.stats.draft_calls == 0
+    flat = CostCurve([1, 64], [0.010, 0.012])  # verifying 64 tokens costs 1.2x one
+    monkeypatch.setattr(costmodel, "load_curve", lambda ctx: flat)
+    s.costs = None
+    paid = list(s.generate(EDIT, cfg))[-1]
+    assert paid.text == ref.text
+    assert paid.stats.lookup_drafted > 0 and "ngram" in paid.stats.ran
+    assert paid.stats.target_calls < ref.stats.target_calls
+
+
+def test_lookups_on_a_hybrid_target_keep_ar_text(tiny):
+    from tests.support.helpers import session
+
+    s = session(tiny["qwen35"])
+    prompt = "one two three four five six seven one two three four five six seven one two"
+    ref = list(s.generate(prompt, greedy("ar", n=40)))[-1]
+    done = list(s.generate(prompt, greedy("sd", n=40, L=4, spec_type=("ngram",))))[-1]
+    assert done.text == ref.text and done.stats.lookup_drafted > 0
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "localspec.cli", *args], capture_output=True, text=True,
+                          timeout=180, stdin=subprocess.DEVNULL)
+
+
+def test_cli_lookup_without_a_draft_model(smollm2_path):
+    r = cli("run", "-m", str(smollm2_path), "-p", "a b c d a b c d a b", "-n", "8", "--temp", "0",
+            "--method", "sd", "--spec-type", "ngram")
+    assert r.returncode == 0, r.stderr
+    bad = cli("run", "-m", str(smollm2_path), "-p", "hi", "--spec-type", "eagle9")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--spec-type" in bad.stderr
+    nodraft = cli("run", "-m", str(smollm2_path), "-p", "hi", "--method", "sd")
+    assert nodraft.returncode == 2 and "--spec-type ngram" in nodraft.stderr
+
+
+@pytest.mark.slow
+def test_lookup_chained_with_the_draft_keeps_the_target_law(smollm2_path, smollm2_q4_0_path):
+    """chi-square on the first two tokens at T = 1 (tests/test_lossless_real.py's test) with
+    `--spec-type ngram,draft` and gbv: the history holds an earlier answer, so the lookup
+    drafts the first tokens (a point mass) and the draft model the rest."""
+    from localspec.backend import Context
+    from localspec.sampling import transform_row
+    from tests.support.helpers import session
+    from tests.test_lossless_real import chi2_pvalue
+
+    sampling = SamplingConfig(temp=1.0, top_k=6, top_p=1.0, min_p=0.0)
+    history = [{"role": "user", "content": "Say a color."}, {"role": "assistant", "content": "Blue."},
+               {"role": "user", "content": "Say a color."}]
+    s = session(smollm2_path, smollm2_q4_0_path)
+    toks = s._prompt_tokens(s.render(history))
+    ctx = Context(s.target_model, n_ctx=512, n_batch=512, n_seq_max=1, threads=1)
+    row = ctx.batch.clear().add_sequence(toks, 0, 0, True)
+    ctx.decode()
+    first = transform_row(np.array(ctx.logits(row)), sampling)
+    law = {}
+    for t1, p1 in zip(first.ids.tolist(), first.probs.tolist(), strict=True):
+        r = ctx.batch.clear().add(t1, len(toks), 0, True)
+        ctx.decode()
+        second = transform_row(ctx.logits(r), sampling)
+        for t2, p2 in zip(second.ids.tolist(), second.probs.tolist(), strict=True):
+            key = (t1, EOG if s.target_model.is_eog(t2) else t2)  # an end-of-turn token is not emitted
+            law[key] = law.get(key, 0.0) + p1 * p2
+        ctx.seq_rm(0, len(toks), -1)
+    pairs, looked_up = [], 0
+    for seed in range(2000):
+        cfg = GenConfig(method="gbv", K=1, L=2, n_predict=2, seed=seed, sampling=sampling, dynamic_draft=False,
+                        spec_type=("ngram", "draft"))
+        done = list(s.generate(history, cfg))[-1]
+        looked_up += done.stats.lookup_drafted > 0
+        got = s.last_tokens[:2]
+        pairs.append((got[0], got[1] if len(got) > 1 else EOG))  # stopped at the end of its turn
+    assert looked_up > 1000  # the lookup drafted in most generations
+    assert chi2_pvalue(pairs, law) > 1e-3
