@@ -112,7 +112,8 @@ def test_poisoned_cache_is_healed_within_one_turn(home, clock, smollm2_path, smo
     s = session(smollm2_path, smollm2_q8_path)
     history = Acceptance(accepted=400.0, trials=400.0, bin_accepted=[200.0] * N_BINS, bin_trials=[200.0] * N_BINS)
     history.save(Acceptance.path(s.target.ctx, s.draft.ctx, True))
-    cfg = GenConfig(method="auto", n_predict=240, auto_K=True, auto_L=True, seed=0)
+    # the draft model's decision is what heals here: no prompt lookups in the AR phases
+    cfg = GenConfig(method="auto", n_predict=240, auto_K=True, auto_L=True, seed=0, spec_type=("draft",))
     fresh = _choice(s, cfg)  # times both curves (first estimate) into the empty cache
     assert fresh.startswith("choice: ar"), fresh
     quiet_t1 = s.costs.target(1)

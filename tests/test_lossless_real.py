@@ -18,6 +18,8 @@ from localspec.sampling import transform_row
 from localspec.verify import Decision
 from tests.support.helpers import session
 
+pytestmark = pytest.mark.slow  # ~10,000 generations: the long tier
+
 PROMPT = "Write one word that describes the ocean."
 SAMPLING = SamplingConfig(temp=1.0, top_k=6, top_p=1.0, min_p=0.0)
 N = 2000
