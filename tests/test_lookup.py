@@ -97,6 +97,30 @@ def test_spec_type_is_checked():
         GenConfig(ngram_min=5, ngram_max=3).validate()
 
 
+def test_the_gate_prices_lookups_by_the_curve_and_what_they_did():
+    """On a steep CPU curve (8 tokens cost 4.5x one) an unexplored match length is tried
+    (optimism), a length that keeps failing is not, one that keeps succeeding drafts long;
+    on a flat (GPU-like) curve even a mediocre lookup pays."""
+    from localspec.costmodel import CostCurve
+    from localspec.costmodel.lookup import LookupGate
+
+    steep = CostCurve([1, 2, 4, 8, 16], [0.028, 0.047, 0.072, 0.127, 0.148])
+    gate = LookupGate()
+    assert gate.best_length(steep, 5, 16)[0] > 0  # nothing known about 5-token matches: try
+    for _ in range(20):
+        gate.update(2, 0, 8)  # 2-token matches: always rejected at once
+        gate.update(8, 8, 8)  # 8-token matches: always right
+    assert gate.best_length(steep, 2, 16) == (0, 1.0)
+    L, speedup = gate.best_length(steep, 8, 16)
+    assert L >= 8 and speedup > 1.5
+    assert gate.alpha(2) < 0.1 < 0.9 < gate.alpha(8)
+    flat = CostCurve([1, 64], [0.010, 0.012])
+    mediocre = LookupGate()
+    for _ in range(20):
+        mediocre.update(3, 1, 4)
+    assert mediocre.best_length(flat, 3, 16)[0] > 0 and mediocre.best_length(steep, 3, 16) == (0, 1.0)
+
+
 # ---------------------------------------------------------------- on a real model
 def greedy(method: str, **kw) -> GenConfig:
     cfg = GenConfig(method=method, n_predict=kw.pop("n", 96), seed=1, sampling=SamplingConfig(temp=0.0),

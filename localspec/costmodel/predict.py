@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from localspec.config import GenConfig
 from localspec.costmodel.acceptance import Acceptance
@@ -69,6 +70,9 @@ class CostModel:
     # target, so a partly accepted one costs a catch-up decode (None: attention, no limit)
     target_rollback: int | None = None
     draft_reevaluates: bool = False  # a recurrent draft evaluates a partly kept draft again
+    # prompt lookups' acceptance per matched n-gram length (costmodel/lookup.LookupGate),
+    # kept with the session's cost model so every turn starts from what earlier ones learned
+    lookup: Any = None
 
     def save_acceptance(self) -> None:
         if self.acceptance_path is not None:

@@ -105,7 +105,9 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
     proposer = (Proposer(turn.draft, turn.cfg.draft_sampling(), turn.rng, learner=cm.acceptance)
                 if turn.draft is not None and "draft" in kinds else None)
     lookup = LookupProposer(turn.cfg.ngram_min, turn.cfg.ngram_max) if "ngram" in kinds else None
-    gate = LookupGate()
+    if cm.lookup is None:
+        cm.lookup = LookupGate()
+    gate = cm.lookup
     settings = _decide(cm, turn) if proposer is not None else None
     if proposer is None:
         turn.stats.choice_note = "no draft model: prompt lookup where it pays, else plain decoding"
