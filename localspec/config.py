@@ -117,6 +117,19 @@ class GenConfig:
     ngram_min: int = 2  # shortest history n-gram a lookup matches
     ngram_max: int = 8  # longest (tried first)
 
+    @property
+    def proposers(self) -> tuple[str, ...]:
+        """Who drafts, in the order tried (--spec-type): as given, else `auto` uses the
+        lookup and the draft model, every other method the draft model."""
+        if self.spec_type:
+            return self.spec_type
+        return ("ngram", "draft") if self.method == "auto" else ("draft",)
+
+    @property
+    def needs_draft_model(self) -> bool:
+        """Whether this config cannot run without -md (auto never needs one)."""
+        return self.method != "auto" and METHOD_TABLE[self.method].needs_draft and "draft" in self.proposers
+
     def draft_sampling(self) -> SamplingConfig:
         """The draft's transform: the target's, at --draft-temp when given.
 

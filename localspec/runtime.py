@@ -253,7 +253,7 @@ class RuntimeSession:
 
     def _check(self, cfg: GenConfig) -> None:
         cfg.validate()
-        if cfg.method not in ("ar", "auto") and self.draft is None and "draft" in (cfg.spec_type or ("draft",)):
+        if cfg.needs_draft_model and self.draft is None:
             raise ConfigError(f"--method {cfg.method} needs a draft model (--draft / -md), "
                               "or --spec-type ngram (prompt lookup, no model)")
         need = cfg.K + 1
@@ -285,7 +285,7 @@ class RuntimeSession:
     def _pick_loop(self, cfg: GenConfig) -> tuple[Loop, str, bool]:
         """The loop for cfg.method, the method it runs, and whether it decides with the cost model."""
         method = cfg.method
-        if method == "ar" or (method == "auto" and self.draft is None and cfg.spec_type == ("draft",)):
+        if method == "ar" or (method == "auto" and self.draft is None and "ngram" not in cfg.proposers):
             return ar_loop, "ar", False
         if method == "auto":
             from localspec.decode.auto import auto_loop

@@ -129,7 +129,7 @@ def batch_minimum(cfg: GenConfig, n_seq_max: int, has_draft: bool = True) -> tup
 def check_options(opts: SessionOptions, cfg: GenConfig, *, has_draft: bool) -> list[str]:
     """Raise ConfigError for flags the models cannot be run with; return notes to print."""
     notes: list[str] = []
-    if cfg.method not in ("ar", "auto") and not has_draft and "draft" in (cfg.spec_type or ("draft",)):
+    if cfg.needs_draft_model and not has_draft:
         raise ConfigError(f"--method {cfg.method} needs a draft model (--draft / -md), "
                           "or --spec-type ngram (prompt lookup, no model)")
     if cfg.method in SPECULATIVE and cfg.K + 1 > opts.n_seq_max:

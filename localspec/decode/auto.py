@@ -99,7 +99,7 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
     cm = turn.costs
     assert cm is not None, "auto needs a cost model"
     rng = NumpyRNG(turn.rng)
-    kinds = turn.cfg.spec_type or ("ngram", "draft")
+    kinds = turn.cfg.proposers
     # the proposer's dynamic length and the cost model share one acceptance estimate:
     # every verification teaches both
     proposer = (Proposer(turn.draft, turn.cfg.draft_sampling(), turn.rng, learner=cm.acceptance)

@@ -72,7 +72,6 @@ class LookupProposer:
     match; the loop then lets the target write the token itself.
     """
 
-    kind = "ngram"
     draft = None
 
     def __init__(self, n_min: int = 2, n_max: int = 4) -> None:
@@ -85,7 +84,7 @@ class LookupProposer:
         toks, self.matched = self.index.continuation(L)
         if not toks:
             return None
-        trie = DraftTrie(K=1, path=[[]], q=[[]], conf=[[]])
+        trie = DraftTrie(K=1, path=[[]], q=[[]], conf=[[]], source="ngram")
         for depth, t in enumerate(toks, start=1):
             trie.nodes.append(Node(t, depth, [0], depth - 2))
             trie.path[0].append(depth - 1)
@@ -99,16 +98,11 @@ class LookupProposer:
     def observe(self, tau: int, drafted: int, confs: list[float]) -> None:
         """The acceptance is learned by auto's LookupGate (decode/auto.py), not here."""
 
-    def draft_calls(self, trie: DraftTrie) -> int:
-        return 0  # no model call: that is the point
-
 
 class ChainProposer:
     """Proposers tried in order (llama.cpp's `--spec-type ngram-simple,draft-simple`): the
     first that has a draft drafts this iteration. Which one drafted depends only on the
     history, never on this iteration's verification, so every lossless verifier stays exact."""
-
-    kind = "chain"
 
     def __init__(self, proposers: list) -> None:
         self.proposers = proposers
@@ -130,6 +124,3 @@ class ChainProposer:
 
     def observe(self, tau: int, drafted: int, confs: list[float]) -> None:
         self.last.observe(tau, drafted, confs)
-
-    def draft_calls(self, trie: DraftTrie) -> int:
-        return self.last.draft_calls(trie)

@@ -50,6 +50,12 @@ class DraftTrie:
     q: list[list[SparseRow]] = field(default_factory=list)  # q[k][i] = row token i was drawn from
     conf: list[list[float]] = field(default_factory=list)  # conf[k][i] = draft's confidence at token i
     evaluated_depth: int = 0  # deepest level the draft decoded (for the decode count)
+    source: str = "draft"  # the proposer that wrote it: "draft" (the model) or "ngram" (a lookup)
+
+    @property
+    def draft_calls(self) -> int:
+        """Draft-model decodes it took: the pending tokens' plus one per evaluated depth."""
+        return self.evaluated_depth + 1 if self.source == "draft" else 0
 
     @property
     def L(self) -> int:
@@ -235,8 +241,6 @@ class Proposer:
     turn's random stream; learner: updated with every verification outcome (auto's
     calibrated acceptance), None when nothing learns (fixed settings)."""
 
-    kind = "draft"
-
     def __init__(
         self, draft: KVState, sampling: SamplingConfig, gen: np.random.Generator, learner: Learner | None = None
     ) -> None:
@@ -266,7 +270,3 @@ class Proposer:
         """Learn from one verification: tau of `drafted` tokens accepted."""
         if self.learner is not None:
             self.learner.update(tau, drafted, confs)
-
-    def draft_calls(self, trie: DraftTrie) -> int:
-        """Draft decodes this proposal took (the pending tokens' + one per evaluated depth)."""
-        return trie.evaluated_depth + 1

@@ -36,15 +36,12 @@ def score(tgt: KVState, trie: DraftTrie) -> tuple[list[int], int | None]:
         tgt.catch_up()  # a branch starts from the newest main state (recurrent, no rollback)
     b = ctx.batch.clear()
     base = tgt.n_past + len(tgt.pending)
-    if lane is None:
-        root = b.add_sequence(tgt.pending, tgt.n_past, list(range(K + 1)), True)
-        rows = [b.add(n.token, base + n.depth - 1, n.seq_ids, True) for n in trie.nodes]
-        tgt.share_main(range(1, K + 1))
-    else:  # a recurrent state: the pending tokens and the one draft on one sequence
-        root = b.add_sequence(tgt.pending, tgt.n_past, lane, True)
-        rows = [b.add(n.token, base + n.depth - 1, lane, True) for n in trie.nodes]
-        if lane != MAIN:
-            tgt.share_main([lane])
+    # the trie: the pending tokens on every draft's sequence, each node on its drafts'; a
+    # recurrent state: the pending tokens and the one draft on the lane alone
+    root = b.add_sequence(tgt.pending, tgt.n_past, list(range(K + 1)) if lane is None else lane, True)
+    rows = [b.add(n.token, base + n.depth - 1, n.seq_ids if lane is None else lane, True) for n in trie.nodes]
+    if lane != MAIN:
+        tgt.share_main(range(1, K + 1))  # the branch (or each draft) sees the main history
     ctx.decode()
     return rows + [root], lane
 
@@ -126,9 +123,9 @@ def spec_iteration(turn: Turn, st: SpecSettings, proposer: Proposer, rng: NumpyR
     proposer.accept(trie, d.k, d.tau, d.token)
     stats.iterations += 1
     stats.target_calls += 1
-    stats.draft_calls += proposer.draft_calls(trie)
+    stats.draft_calls += trie.draft_calls
     stats.record(d.tau, own)
-    if getattr(proposer, "last", proposer).kind == "ngram":
+    if trie.source == "ngram":
         stats.lookup_drafted += own
         stats.lookup_accepted += d.tau
     events = _events(turn, x, d, acc, own)
@@ -158,7 +155,7 @@ def _events(turn: Turn, x: np.ndarray, d: Decision, acc: list[int], own: int) ->
 def make_proposer(turn: Turn) -> Proposer | LookupProposer | ChainProposer:
     """The proposers --spec-type names, in its order (default: the draft model)."""
     parts: list = []
-    for kind in turn.cfg.spec_type or ("draft",):
+    for kind in turn.cfg.proposers:
         if kind == "ngram":
             parts.append(LookupProposer(turn.cfg.ngram_min, turn.cfg.ngram_max))
         elif turn.draft is not None:
@@ -170,7 +167,7 @@ def make_proposer(turn: Turn) -> Proposer | LookupProposer | ChainProposer:
 def speculative_loop(turn: Turn) -> Iterator[Event]:
     """Generate with K drafts of L tokens per target call, verified by the configured method."""
     cfg = turn.cfg
-    kinds = ",".join(cfg.spec_type) if cfg.spec_type and cfg.spec_type != ("draft",) else ""
+    kinds = ",".join(cfg.proposers) if cfg.proposers != ("draft",) else ""
     turn.stats.ran = f"{turn.method} K={cfg.K} L={cfg.L}" + (f" {kinds}" if kinds else "")
     yield from run_blocks(turn, SpecSettings(turn.method, cfg.K, cfg.L))
 

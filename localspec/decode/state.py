@@ -181,8 +181,8 @@ class KVState:
         elif self.memory.has_state:
             if self.ctx.pos_max(seq) != base + n - 1:
                 # the branch's state is past what was kept and cannot be cut back: the main
-                # state stays where it is (the pending tokens evaluated on it too, when the
-                # decode gave them both sequences); what it lacks is evaluated next time
+                # state stays where it is (a recurrent draft's pending tokens were evaluated
+                # on it first, a target's were not); what it lacks is evaluated next time
                 self.drop_drafts()
                 history = [*self.tokens, *self.pending, *accepted]
                 have = self.ctx.pos_max(MAIN) + 1
