@@ -353,3 +353,16 @@ def test_a_placement_that_cannot_be_timed_falls_back_to_ar_in_one_line(tiny, tmp
     toks, st = run(sess, GenConfig(method="auto", n_predict=N, seed=1, sampling=SamplingConfig(temp=0.0)))
     assert toks == ref and st.ran == "ar" and st.method == "auto"
     assert st.choice_note.startswith("the cost model could not time this placement (llama_decode failed")
+
+
+def test_a_sliding_window_prefix_whose_cells_were_reused_is_evaluated_again(tiny, monkeypatch):
+    """A reused prefix needs the window before the cut: when llama.cpp reports the sequence's
+    oldest cell past it (its cells were reused), the prefix is evaluated from the start."""
+    m = model(tiny["gemma3"])
+    st = KVState(Context(m, n_ctx=256, n_batch=64, n_seq_max=4, threads=1))
+    first = m.tokenize(" ".join(f"w{i}" for i in range(30)))
+    st.sync(first)
+    assert st.sync(first[:20] + [5, 6, 7]) == 2  # the window is there: only 5, 6 are evaluated
+    monkeypatch.setattr(Context, "pos_min", lambda self, seq=0: 15)  # cells before 15 reused
+    assert st.sync(first[:20] + [8, 9]) == 21  # 20 - 15 < the 8-token window: all again
+    assert st.ctx.n_rs_seq == 0 and st.memory is Memory.SLIDING_WINDOW

@@ -50,7 +50,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tests.support.tiny_qwen3 import Tokenizer, read_qwen25_tokenizer, write_tiny_qwen3
+from tests.support.tiny_qwen3 import (
+    Tokenizer,
+    read_qwen25_tokenizer,
+    write_tiny_qwen3,
+    write_tokenizer,
+)
 
 if TYPE_CHECKING:
     from gguf import GGUFWriter
@@ -121,16 +126,7 @@ def write_tiny(
     w.add_embedding_length(n_embd)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tok.tokens)
-    w.add_token_types(tok.types)
-    w.add_token_merges(tok.merges)
-    w.add_eos_token_id(tok.eos)
-    w.add_bos_token_id(tok.bos)
-    w.add_pad_token_id(tok.pad)
-    w.add_add_bos_token(False)
-    w.add_chat_template(CHATML_TEMPLATE)
+    write_tokenizer(w, tok, n_vocab, CHATML_TEMPLATE)
 
     w.add_tensor("token_embd.weight", rand(n_vocab, n_embd, std=1.0).astype(np.float16))
     w.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
@@ -160,6 +156,17 @@ def _linear(rand: Rand, n_out: int, n_in: int) -> np.ndarray:
 
 def _ones(n: int) -> np.ndarray:
     return np.ones(n, np.float32)
+
+
+def _attention(w: GGUFWriter, rand: Rand, p: str, n_embd: int, n_head: int, n_head_kv: int,
+               head_dim: int) -> None:
+    """Plain attention with q/k norms (gemma3, qwen3moe): q, k, v, output, the two norms."""
+    w.add_tensor(p + "attn_q.weight", _linear(rand, n_head * head_dim, n_embd))
+    w.add_tensor(p + "attn_k.weight", _linear(rand, n_head_kv * head_dim, n_embd))
+    w.add_tensor(p + "attn_v.weight", _linear(rand, n_head_kv * head_dim, n_embd))
+    w.add_tensor(p + "attn_output.weight", _linear(rand, n_embd, n_head * head_dim))
+    w.add_tensor(p + "attn_q_norm.weight", _ones(head_dim))
+    w.add_tensor(p + "attn_k_norm.weight", _ones(head_dim))
 
 
 def _swiglu_ffn(w: GGUFWriter, rand: Rand, p: str, n_embd: int, n_ff: int) -> None:
@@ -283,12 +290,7 @@ def _gemma3(w: GGUFWriter, rand: Rand, n_embd: int, n_swa: int) -> None:
     for i in range(n_layer):
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", _ones(n_embd))
-        w.add_tensor(p + "attn_q.weight", _linear(rand, n_head * head_dim, n_embd))
-        w.add_tensor(p + "attn_k.weight", _linear(rand, n_head_kv * head_dim, n_embd))
-        w.add_tensor(p + "attn_v.weight", _linear(rand, n_head_kv * head_dim, n_embd))
-        w.add_tensor(p + "attn_output.weight", _linear(rand, n_embd, n_head * head_dim))
-        w.add_tensor(p + "attn_q_norm.weight", _ones(head_dim))
-        w.add_tensor(p + "attn_k_norm.weight", _ones(head_dim))
+        _attention(w, rand, p, n_embd, n_head, n_head_kv, head_dim)
         w.add_tensor(p + "post_attention_norm.weight", _ones(n_embd))
         w.add_tensor(p + "ffn_norm.weight", _ones(n_embd))
         _swiglu_ffn(w, rand, p, n_embd, n_ff)
@@ -313,12 +315,7 @@ def _qwen3moe(w: GGUFWriter, rand: Rand, n_embd: int) -> None:
     for i in range(n_layer):
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", _ones(n_embd))
-        w.add_tensor(p + "attn_q.weight", _linear(rand, n_head * head_dim, n_embd))
-        w.add_tensor(p + "attn_k.weight", _linear(rand, n_head_kv * head_dim, n_embd))
-        w.add_tensor(p + "attn_v.weight", _linear(rand, n_head_kv * head_dim, n_embd))
-        w.add_tensor(p + "attn_output.weight", _linear(rand, n_embd, n_head * head_dim))
-        w.add_tensor(p + "attn_q_norm.weight", _ones(head_dim))
-        w.add_tensor(p + "attn_k_norm.weight", _ones(head_dim))
+        _attention(w, rand, p, n_embd, n_head, n_head_kv, head_dim)
         w.add_tensor(p + "ffn_norm.weight", _ones(n_embd))
         w.add_tensor(p + "ffn_gate_inp.weight", _linear(rand, n_expert, n_embd))
         w.add_tensor(p + "ffn_gate_exps.weight",

@@ -126,6 +126,20 @@ def read_qwen25_tokenizer(path: Path = QWEN25_GGUF) -> Tokenizer:
                      scalar("tokenizer.ggml.bos_token_id"), scalar("tokenizer.ggml.padding_token_id"))
 
 
+def write_tokenizer(w, tok: Tokenizer, n_vocab: int, template: str) -> None:
+    """The tokenizer keys (Qwen2.5's BPE, its first n_vocab tokens) and the chat template."""
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tok.tokens[:n_vocab])
+    w.add_token_types(tok.types[:n_vocab])
+    w.add_token_merges(tok.merges)
+    w.add_eos_token_id(tok.eos)
+    w.add_bos_token_id(tok.bos)
+    w.add_pad_token_id(tok.pad)
+    w.add_add_bos_token(False)
+    w.add_chat_template(template)
+
+
 def write_tiny_qwen3(
     path: Path,
     tok: Tokenizer,
@@ -166,16 +180,7 @@ def write_tiny_qwen3(
     w.add_rope_freq_base(1_000_000.0)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tok.tokens[:n_vocab])
-    w.add_token_types(tok.types[:n_vocab])
-    w.add_token_merges(tok.merges)
-    w.add_eos_token_id(tok.eos)
-    w.add_bos_token_id(tok.bos)
-    w.add_pad_token_id(tok.pad)
-    w.add_add_bos_token(False)
-    w.add_chat_template(template)
+    write_tokenizer(w, tok, n_vocab, template)
     for key, value in (sampling or {}).items():
         getattr(w, f"add_sampling_{key}")(value)
 
