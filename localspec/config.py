@@ -38,6 +38,11 @@ METHOD_TABLE: dict[str, Method] = {m.name: m for m in (
     Method("parse", True, False, False, one_state=False, summary="the target judges a drafted answer in one pass"),
 )}
 METHODS = tuple(METHOD_TABLE)
+# what auto may choose when -K / -L are not given: up to AUTO_MAX_K drafts (sampled drafts
+# only; 1 when greedy) of up to AUTO_MAX_L tokens (the cost model's candidates, and the
+# batch they need: localspec.settings.batch_minimum)
+AUTO_MAX_K = 4
+AUTO_MAX_L = 16
 SPECULATIVE = tuple(m.name for m in METHOD_TABLE.values() if m.verifier)  # K x L drafts + a verifier
 
 # who writes the drafts (`--spec-type`, llama.cpp's flag; its names are accepted too):

@@ -136,4 +136,4 @@ def test_top_level_holds_only_the_core() -> None:
     the shared core modules only."""
     top = sorted(f.stem for f in PKG.glob("*.py"))
     assert top == ["__init__", "config", "errors", "events", "runtime", "sampling", "sampling_defaults",
-                   "session", "stopflag", "tools"], top
+                   "session", "settings", "stopflag", "tools"], top

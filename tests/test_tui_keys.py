@@ -181,8 +181,9 @@ def test_chat_title_names_the_pair_once(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
     seen: dict[str, str] = {}
 
-    def fake_run_tui(factory: object, cfg: GenConfig, title: str = "localspec") -> int:
+    def fake_run_tui(factory: object, cfg: GenConfig, title: str = "localspec", settle: object = None) -> int:
         seen["title"] = title
+        assert callable(settle)  # the model's card is applied once the session loads
         return 0
 
     monkeypatch.setattr(app_module, "run_tui", fake_run_tui)
@@ -199,6 +200,29 @@ def test_chat_title_names_the_pair_once(monkeypatch: pytest.MonkeyPatch, tmp_pat
         await wait_until(pilot, lambda: app.session is not None)
         header = f"{app.title} — {app.sub_title}"
         assert header.count("T-360M") == 1 and header.count("D-135M") == 1, header
+
+    run_app(app, body)
+
+
+def test_the_model_s_sampling_is_settled_once_the_session_loads() -> None:
+    """run_tui's settle: the TUI keeps the resolved settings (localspec.settings.resolve),
+    and a method picked while the models were loading stays."""
+    from dataclasses import replace
+
+    fake = FakeSession(demo_turns())
+    settled: list[Session] = []
+
+    def settle(session: Session) -> GenConfig:
+        settled.append(session)
+        cfg = GenConfig()
+        return replace(cfg, sampling=replace(cfg.sampling, temp=0.6, top_k=20))
+
+    app = LocalspecApp(fake_factory(fake), GenConfig(method="sd"), settle=settle)
+
+    async def body(pilot: Pilot) -> None:
+        await wait_until(pilot, lambda: app.session is not None)
+        assert settled == [fake]
+        assert (app.cfg.sampling.temp, app.cfg.sampling.top_k, app.cfg.method) == (0.6, 20, "sd")
 
     run_app(app, body)
 

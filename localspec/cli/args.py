@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from localspec.cli.input import arg_text
 from localspec.cli.offload import add_offload_args, load_options
 from localspec.cli.reasoning import add_reasoning_args
 from localspec.cli.rpc import add_rpc_arg
 from localspec.config import METHODS, GenConfig, ParseConfig, SamplingConfig
+from localspec.sampling_defaults import LLAMA_CPP_DEFAULTS
 from localspec.session import SessionOptions
+from localspec.settings import Asked, typed_of
 
 
 def add_model_args(p: argparse.ArgumentParser, *, default_pair: bool) -> None:
@@ -55,15 +58,15 @@ def add_gen_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("-L", "--draft-len", "--spec-draft-n-max", "--draft-max", dest="L", type=int, default=None,
                    help="max draft tokens per iteration (default: auto/8)")
     g.add_argument("-n", "--n-predict", dest="n_predict", type=int, default=256, help="max tokens to generate")
-    g.add_argument("--temp", type=float, default=0.0,
+    g.add_argument("--temp", type=float, default=None,
                    help="target temperature; 0 = greedy. Default: the model's recommended sampling (registry "
                    "entry, then the GGUF's general.sampling.* keys), else llama.cpp's T 0.8 / top-k 40 / "
                    "top-p 0.95 / min-p 0.05; --explain says which set is in force")
     g.add_argument("--draft-temp", type=float, default=None,
                    help="draft sampling temperature (default: same as --temp); >0 keeps K>1 useful at T=0")
-    g.add_argument("--top-k", type=int, default=40, help="top-k (0 = off; default: the model's, else 40)")
-    g.add_argument("--top-p", type=float, default=0.95, help="top-p (1 = off; default: the model's, else 0.95)")
-    g.add_argument("--min-p", type=float, default=0.05, help="min-p (0 = off; default: the model's, else 0.05)")
+    g.add_argument("--top-k", type=int, default=None, help="top-k (0 = off; default: the model's, else 40)")
+    g.add_argument("--top-p", type=float, default=None, help="top-p (1 = off; default: the model's, else 0.95)")
+    g.add_argument("--min-p", type=float, default=None, help="min-p (0 = off; default: the model's, else 0.05)")
     g.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     g.add_argument("--no-dynamic-draft", action="store_true", help="auto: always draft L tokens (no calibrated per-token stop rule)")
@@ -82,13 +85,19 @@ def add_gen_args(p: argparse.ArgumentParser) -> None:
     add_reasoning_args(p)  # --reasoning, --reasoning-budget (thinking models)
 
 
-def gen_config(a: argparse.Namespace) -> GenConfig:
+def asked_of(a: argparse.Namespace) -> Asked:
+    """The flags as asked (numbers checked, nothing loaded): localspec.settings' first step.
+
+    Sampling flags default to None, "the model's" (as --help says); until the model loads,
+    cfg.sampling holds the typed values over llama.cpp's defaults."""
     parse = ParseConfig(judge=a.parse_judge, cuts=a.parse_cuts, min_seg=a.parse_min_seg,
                         two_stage=a.parse_two_stage, resume=a.parse_resume)
     if a.parse_threshold is not None:
         parse.threshold = a.parse_threshold
     if a.parse_gamma is not None:
         parse.gamma = a.parse_gamma
+    typed = typed_of(vars(a))
+    given = {f: (v if v is not None else LLAMA_CPP_DEFAULTS[f]) for f, v in typed.items()}
     cfg = GenConfig(
         method=a.method,
         K=a.K if a.K is not None else 1,
@@ -96,8 +105,9 @@ def gen_config(a: argparse.Namespace) -> GenConfig:
         n_predict=a.n_predict,
         seed=a.seed,
         draft_temp=a.draft_temp,
-        stop=list(a.stop),
-        sampling=SamplingConfig(temp=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p),
+        stop=[arg_text(s, f"--stop {s!r}") for s in a.stop],  # argv bytes that are not UTF-8
+        sampling=SamplingConfig(temp=given["temp"], top_k=int(given["top_k"]), top_p=given["top_p"],
+                                min_p=given["min_p"]),
         parse=parse,
         dynamic_draft=not a.no_dynamic_draft,
         auto_K=a.K is None,
@@ -107,7 +117,8 @@ def gen_config(a: argparse.Namespace) -> GenConfig:
         ngram_max=a.spec_ngram_max,
     )
     cfg.validate()
-    return cfg
+    budget = getattr(a, "reasoning_budget", -1)
+    return Asked(cfg, typed, getattr(a, "reasoning", "auto"), None if budget in (None, -1) else budget)
 
 
 def session_options(a: argparse.Namespace) -> SessionOptions:

@@ -11,11 +11,13 @@ import sys
 
 from localspec import __version__
 from localspec.cli import reasoning as cr
-from localspec.cli.args import add_gen_args, add_model_args, gen_config, session_options
-from localspec.cli.input import check_options, read_prompt
+from localspec.cli.args import add_gen_args, add_model_args, asked_of, session_options
+from localspec.cli.input import read_prompt
 from localspec.cli.parser import HelpFormatter, Parser
 from localspec.errors import LocalspecError
 from localspec.events import Stats
+from localspec.session import SessionOptions
+from localspec.settings import Asked, check, resolve
 
 EPILOG = """examples:
   localspec chat                                   # default pair, fetched on first use
@@ -63,10 +65,10 @@ examples:
 """
 
 
-def _options(a: argparse.Namespace, cfg, draft: str | None):
+def _options(a: argparse.Namespace, asked: Asked, draft: str | None) -> SessionOptions:
     """SessionOptions from the flags, every number checked before a model loads."""
-    opts = session_options(a)
-    for note in check_options(opts, cfg, has_draft=draft is not None):
+    opts, notes = check(session_options(a), asked, has_draft=draft is not None)
+    for note in notes:
         print(f"note: {note}", file=sys.stderr)
     return opts
 
@@ -127,18 +129,19 @@ def _registry_draft(target: str) -> tuple[str | None, str]:
 def cmd_run(a: argparse.Namespace) -> int:
     from localspec.runtime import open_session
 
-    cfg = gen_config(a)
+    asked = asked_of(a)  # 1. the flags, checked (localspec.settings)
     prompt = read_prompt(a)
     target, draft = _resolve_pair(a, need_default=False)
-    if cfg.method == "ar" and not a.explain:
+    if asked.cfg.method == "ar" and not a.explain:
         draft = None if a.draft is None else draft
-    sess = open_session(target, draft, _options(a, cfg, draft))
+    sess = open_session(target, draft, _options(a, asked, draft))  # 2. the models
     _pair_note(a)
-    cr.apply_model_sampling(sess, target, a, cfg)
+    settings = resolve(asked, sess, target)  # 3. the model's card fills what was not typed
     if a.explain:
-        print(sess.explain(cfg), file=sys.stderr)
-        print(cr.sampling_note(sess, target, a, cfg), file=sys.stderr)
-    done, thinking = cr.run_answer(sess, prompt, cfg, a)  # thinking models: reasoning apart, budget
+        print(sess.explain(settings.cfg), file=sys.stderr)
+        print(settings.sampling_line(), file=sys.stderr)
+    # thinking models: reasoning apart, budget
+    done, thinking = cr.run_answer(sess, prompt, settings, raw=a.raw, fmt=a.reasoning_format)
     st = done.stats
     if done.message:
         print(f"\n[{done.message}]", file=sys.stderr)
@@ -167,9 +170,9 @@ def cmd_run(a: argparse.Namespace) -> int:
 def cmd_chat(a: argparse.Namespace) -> int:
     from localspec.runtime import open_session
 
-    cfg = gen_config(a)
+    asked = asked_of(a)
     target, draft = _resolve_pair(a, need_default=True)
-    opts = _options(a, cfg, draft)
+    opts = _options(a, asked, draft)
     plain = a.plain
     not_tty = [name for name, f in (("stdin", sys.stdin), ("stdout", sys.stdout)) if not f.isatty()]
     if not plain and not_tty:
@@ -186,15 +189,13 @@ def cmd_chat(a: argparse.Namespace) -> int:
     if not plain:
         # the TUI captures download output into its own progress bar (tui/app.py _load)
         def factory(progress):
-            sess = open_session(target, draft, opts, progress)
-            cr.apply_model_sampling(sess, target, a, cfg)
-            return sess
+            return open_session(target, draft, opts, progress)
 
-        return run_tui(factory, cfg, "localspec chat")
+        return run_tui(factory, asked.cfg, "localspec chat", settle=lambda sess: resolve(asked, sess, target).cfg)
     sess = open_session(target, draft, opts)
     _pair_note(a)
-    cr.apply_model_sampling(sess, target, a, cfg)
-    print(f"localspec chat: {target} <- {draft} (method {cfg.method}); Ctrl-C stops a reply, Ctrl-D quits",
+    settings = resolve(asked, sess, target)
+    print(f"localspec chat: {target} <- {draft} (method {asked.cfg.method}); Ctrl-C stops a reply, Ctrl-D quits",
           file=sys.stderr)
     while True:
         try:
@@ -215,7 +216,7 @@ def cmd_chat(a: argparse.Namespace) -> int:
             sess.reset()
             continue
         try:
-            done = cr.chat_turn(sess, line, cfg, a)  # thinking printed apart (--reasoning-format)
+            done = cr.chat_turn(sess, line, settings, a.reasoning_format)  # thinking printed apart
             print()
             print(_stats_line(done.stats), file=sys.stderr)
         except KeyboardInterrupt:

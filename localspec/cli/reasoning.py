@@ -16,34 +16,30 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
-from localspec.config import GenConfig
 from localspec.events import Accepted, Done, Event, Progress, Written
 from localspec.session import Session
+from localspec.settings import Settings
 from localspec.thinking.budget import ThinkingRun, think
 from localspec.thinking.split import (
     ReasoningSplitter,
     markers_of,
     opens_block,
     segment_summary,
-    thinking_kwargs,
 )
 
 RUN_FORMATS = ("show", "hide", "none")
 SERVE_FORMATS = ("auto", "deepseek", "none")
-SAMPLING_DESTS = ("temp", "top_k", "top_p", "min_p")
 DIM, RESET = "\x1b[2m", "\x1b[0m"
 
 
 def add_reasoning_args(p: argparse.ArgumentParser) -> None:
-    """--reasoning and --reasoning-budget (every generating command), and a record of which
-    sampling flags the user typed (for localspec.sampling_defaults: a typed flag wins)."""
+    """--reasoning and --reasoning-budget (every generating command)."""
     g = p.add_argument_group("thinking models (Qwen3, QwQ, DeepSeek-R1 distills)")
     g.add_argument("-rea", "--reasoning", choices=["on", "off", "auto"], default="auto",
                    help="thinking on/off through the chat template's enable_thinking; auto: the template's default")
     g.add_argument("--reasoning-budget", type=_budget, default=-1, metavar="N",
                    help="thinking tokens before the close marker is forced (not the model's choice) and the "
                    "answer starts; -1 = no limit, 0 = close at once (default -1)")
-    _record_typed(p)
 
 
 def add_reasoning_format_arg(p: argparse.ArgumentParser, *, server: bool = False) -> None:
@@ -66,40 +62,6 @@ def _budget(text: str) -> int:
     if n < -1:
         raise argparse.ArgumentTypeError(f"must be -1 (no limit) or >= 0 (got {n})")
     return n
-
-
-class _Typed(argparse.Action):
-    """Marks an option as typed by the user, then stores it as the original action would."""
-
-    def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001
-        typed = set(getattr(namespace, "_typed_sampling", set()))
-        typed.add(self.dest)
-        namespace._typed_sampling = typed
-        setattr(namespace, self.dest, values)
-
-
-def _record_typed(p: argparse.ArgumentParser) -> None:
-    # swap the class of the already-defined --temp/--top-k/--top-p/--min-p store actions:
-    # same flags, same defaults, same help; only the user's typing is remembered
-    for action in p._actions:  # noqa: SLF001 - argparse keeps no public list of actions
-        if action.dest in SAMPLING_DESTS and type(action) is argparse._StoreAction:  # noqa: SLF001
-            action.__class__ = _Typed
-
-
-def typed_sampling(a: argparse.Namespace) -> dict[str, float | None]:
-    """The sampling flags the user typed (None for those left at their default)."""
-    typed = getattr(a, "_typed_sampling", set())
-    return {d: (getattr(a, d) if d in typed else None) for d in SAMPLING_DESTS}
-
-
-def budget_of(a: argparse.Namespace) -> int | None:
-    """The budget, None for no limit (-1; values below were refused while parsing: _budget)."""
-    n = getattr(a, "reasoning_budget", -1)
-    return None if n is None or n == -1 else n
-
-
-def template_kwargs_of(session: Session, a: argparse.Namespace) -> dict[str, object]:
-    return thinking_kwargs(session, getattr(a, "reasoning", "auto"))
 
 
 class Printer:
@@ -188,14 +150,13 @@ def _print(events: Iterable[Event], pieces_of, fmt: str, out: TextIO | None, err
     return done
 
 
-def run_answer(session: Session, prompt: str, cfg: GenConfig, a: argparse.Namespace,
+def run_answer(session: Session, prompt: str, settings: Settings, *, raw: bool = False, fmt: str = "show",
                out: TextIO | None = None, err: TextIO | None = None) -> tuple[Done, ThinkingRun]:
-    """`run`'s generation: the prompt (chat-templated unless --raw) with the thinking flags."""
+    """`run`'s generation: the prompt (chat-templated unless --raw) with the thinking settings."""
     out, err = out or sys.stdout, err or sys.stderr  # looked up now: tests and pipes swap them
-    kwargs = None if a.raw else template_kwargs_of(session, a)
-    p = prompt if a.raw else [{"role": "user", "content": prompt}]
-    run = think(session, p, cfg, template_kwargs=kwargs, budget=budget_of(a))
-    fmt = getattr(a, "reasoning_format", "show")
+    kwargs = None if raw else settings.template_kwargs
+    p = prompt if raw else [{"role": "user", "content": prompt}]
+    run = think(session, p, settings.cfg, template_kwargs=kwargs, budget=settings.budget)
     return print_run(run, fmt, out, err), run
 
 
@@ -217,39 +178,11 @@ def summary(run: ThinkingRun, speculative: bool) -> str | None:
     return "[" + segment_summary(run.splitter.stats["reasoning"], speculative=speculative) + "]"
 
 
-def chat_turn(session: Session, line: str, cfg: GenConfig, a: argparse.Namespace,
+def chat_turn(session: Session, line: str, settings: Settings, fmt: str = "show",
               out: TextIO | None = None, err: TextIO | None = None) -> Done:
-    """One REPL turn: Session.chat with the thinking flags, printed split."""
+    """One REPL turn: Session.chat with the thinking settings, printed split."""
     out, err = out or sys.stdout, err or sys.stderr  # looked up now: tests and pipes swap them
-    kwargs = template_kwargs_of(session, a)
-    events = session.chat(line, cfg, template_kwargs=kwargs, reasoning_budget=budget_of(a))
+    kwargs = settings.template_kwargs
+    events = session.chat(line, settings.cfg, template_kwargs=kwargs, reasoning_budget=settings.budget)
     splitter = ReasoningSplitter(markers_of(session), opens_block(session, kwargs))
-    return print_events(events, splitter, getattr(a, "reasoning_format", "show"), out, err)
-
-
-def model_sampling(session: Session, target: str | None, a: argparse.Namespace):
-    """The sampling localspec.sampling_defaults resolves for this target: typed flags, then
-    the registry's set for the thinking mode in force, then the GGUF, then llama.cpp's."""
-    from localspec.sampling_defaults import resolve_for
-
-    thinking = None if markers_of(session) is None else getattr(a, "reasoning", "auto") != "off"
-    return resolve_for(session, target, typed_sampling(a), thinking)
-
-
-def sampling_note(session: Session, target: str | None, a: argparse.Namespace, cfg: GenConfig) -> str:
-    """`--explain`'s sampling line: the settings in force and where each came from (a typed
-    flag, the registry's set for the thinking mode, the GGUF, llama.cpp's defaults)."""
-    rec = model_sampling(session, target, a)
-    line = "in force: " + rec.describe()
-    if rec.sampling != cfg.sampling:  # a frontend changed it after resolving
-        sp = cfg.sampling
-        line += f"; the turn runs with temp={sp.temp:g} top_k={sp.top_k} top_p={sp.top_p:g} min_p={sp.min_p:g}"
-    return line
-
-
-def apply_model_sampling(session: Session, target: str | None, a: argparse.Namespace, cfg: GenConfig) -> None:
-    """Replace the sampling flags the user did not type by the model's own (in place: the TUI
-    and the server keep the same cfg object). Greedy is no longer the default: Qwen3's card
-    warns against it in thinking mode, and speculation is lossless at any temperature."""
-    cfg.sampling = model_sampling(session, target, a).sampling
-    cfg.sampling.validate()
+    return print_events(events, splitter, fmt, out, err)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from localspec.config import GenConfig
+from localspec.config import AUTO_MAX_K, AUTO_MAX_L, GenConfig
 from localspec.costmodel.acceptance import Acceptance
 from localspec.costmodel.curves import CostCurve
 
@@ -124,8 +124,8 @@ class CostModel:
         """Predictions for every (method, K, L) the config allows."""
         greedy = cfg.sampling.greedy
         sampled_draft = not greedy or (cfg.draft_temp or 0.0) > 0.0
-        Ks = [cfg.K] if not cfg.auto_K else ([1, 2, 3, 4] if sampled_draft else [1])
-        Ls = [cfg.L] if not cfg.auto_L else list(range(1, 17))
+        Ks = [cfg.K] if not cfg.auto_K else (list(range(1, AUTO_MAX_K + 1)) if sampled_draft else [1])
+        Ls = [cfg.L] if not cfg.auto_L else list(range(1, AUTO_MAX_L + 1))
         out = []
         for K in Ks:
             methods = ["sd"] if greedy and K == 1 else (["gbv"] if K == 1 else ["mdbv"])

@@ -16,10 +16,10 @@ import threading
 import time
 from pathlib import Path
 
-from localspec.cli.args import add_gen_args, add_model_args, gen_config, session_options
-from localspec.cli.input import MAX_TOKENS, check_options
-from localspec.cli.reasoning import add_reasoning_format_arg, budget_of, template_kwargs_of
+from localspec.cli.args import add_gen_args, add_model_args, asked_of, session_options
+from localspec.cli.reasoning import add_reasoning_format_arg
 from localspec.errors import ConfigError, LocalspecError
+from localspec.settings import MAX_TOKENS, check, resolve
 
 
 def register(sub) -> None:
@@ -99,9 +99,8 @@ def _sigterm(signum, frame) -> None:
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
-    cfg = gen_config(a)
+    asked = asked_of(a)  # the flags; the model's card fills the rest once it loads (settings.resolve)
     _check(a)
-    budget = budget_of(a)
     try:
         import uvicorn
 
@@ -119,17 +118,16 @@ def cmd_serve(a: argparse.Namespace) -> int:
     if not is_loopback(a.host) and not a.api_key:
         print(f"warning: serving on {a.host} without --api-key: anyone who can reach port {a.port} "
               "can use these models", file=sys.stderr)
-    opts = session_options(a)
-    for note in check_options(opts, cfg, has_draft=draft is not None):
+    opts, notes = check(session_options(a), asked, has_draft=draft is not None)
+    for note in notes:
         print(f"note: {note}", file=sys.stderr)
     sock = bind(a.host, a.port)
     sess = open_session(target, draft, opts,
                         progress=lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr))
     app = None
     try:
-        from localspec.cli.reasoning import apply_model_sampling
-
-        apply_model_sampling(sess, target, a, cfg)  # a request's own fields still win
+        settings = resolve(asked, sess, target)  # a request's own fields still win (server/schema.py)
+        cfg = settings.cfg
         if cfg.method == "auto" and draft is not None:
             sess.explain(cfg)  # measure the cost curves now rather than during the first request
         config = ServerConfig(model_id=a.alias or model_id(target),
@@ -137,8 +135,9 @@ def cmd_serve(a: argparse.Namespace) -> int:
                               max_queue=a.queue, max_body=a.max_body,
                               limits=Limits(cfg=cfg, n_ctx=opts.n_ctx or MAX_TOKENS, n_batch=opts.n_batch,
                                             n_seq_max=opts.n_seq_max, lenient=a.ignore_unknown_fields,
-                                            reasoning_format=a.reasoning_format, reasoning_budget=budget,
-                                            template_kwargs=template_kwargs_of(sess, a) or None))
+                                            reasoning_format=a.reasoning_format,
+                                            reasoning_budget=settings.budget,
+                                            template_kwargs=settings.template_kwargs))
         app = create_app(sess, config)
         # uvicorn's own timeout is only a backstop: _drain stops generations first, so cut-off
         # streams still end with a last chunk and [DONE]

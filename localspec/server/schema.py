@@ -12,7 +12,6 @@ import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from localspec.cli.input import batch_minimum
 from localspec.config import METHODS, SPECULATIVE, GenConfig
 from localspec.server.errors import ApiError, invalid, wrong_type
 from localspec.server.fields import (
@@ -29,6 +28,7 @@ from localspec.server.messages import parse_messages, parse_prompt
 from localspec.server.thinking import FIELDS as REASONING_FIELDS
 from localspec.server.thinking import check_template_kwargs, reasoning_budget, reasoning_format
 from localspec.session import Prompt
+from localspec.settings import batch_minimum
 
 MAX_STOP = 64
 

@@ -43,6 +43,8 @@ from localspec.tui.transcript import STYLES, Transcript, Turn
 
 SessionFactory = Callable[[ProgressFn], Session]
 """Called in a worker thread with a progress callback; returns a loaded Session."""
+Settle = Callable[[Session], GenConfig]
+"""The loaded session -> the final settings (localspec.settings.resolve: the model's card)."""
 
 
 class LocalspecApp(App[int]):
@@ -65,9 +67,10 @@ class LocalspecApp(App[int]):
 
     def __init__(self, session_factory: SessionFactory, cfg: GenConfig | None = None, *,
                  title: str = "localspec", flush_interval: float = 0.05,
-                 show_rejected: bool = True) -> None:
+                 show_rejected: bool = True, settle: Settle | None = None) -> None:
         super().__init__()
         self.session_factory = session_factory
+        self.settle = settle
         self.cfg = cfg or GenConfig()
         self.title = title
         self.flush_interval = flush_interval
@@ -125,10 +128,11 @@ class LocalspecApp(App[int]):
 
             with reporting(progress):
                 session = self.session_factory(progress)
+            settled = self.settle(session) if self.settle else None
         except Exception as exc:  # every failure must reach the screen
             self._post(_Failed(describe_error(exc), loading=True))
             return
-        self._post(_Loaded(session))
+        self._post(_Loaded(session, settled))
 
     def _generate(self, session: Session, user_text: str, cfg: GenConfig) -> None:
         try:
@@ -158,6 +162,8 @@ class LocalspecApp(App[int]):
             if isinstance(item, _Progress):
                 self._show_progress(item)
             elif isinstance(item, _Loaded):
+                if item.cfg is not None:  # the model's sampling; a method picked while loading stays
+                    self.cfg = replace(self.cfg, sampling=item.cfg.sampling)
                 self._on_loaded(item.session)
                 stats_dirty = True
             elif isinstance(item, _Failed):
@@ -387,9 +393,10 @@ class LocalspecApp(App[int]):
         self.exit(self.exit_code, return_code=self.exit_code, message=message)
 
 
-def run_tui(session_factory: SessionFactory, cfg: GenConfig, title: str = "localspec") -> int:
+def run_tui(session_factory: SessionFactory, cfg: GenConfig, title: str = "localspec",
+            settle: Settle | None = None) -> int:
     """Entry point for `localspec chat`: run the app, close the session, return exit code."""
-    app = LocalspecApp(session_factory, cfg, title=title)
+    app = LocalspecApp(session_factory, cfg, title=title, settle=settle)
     try:
         code = app.run()
     finally:

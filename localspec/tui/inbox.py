@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from localspec.config import GenConfig
 from localspec.errors import LocalspecError
 from localspec.events import Event
 from localspec.session import Session
@@ -22,6 +23,7 @@ class _Progress:
 @dataclass
 class _Loaded:
     session: Session
+    cfg: GenConfig | None = None  # the settled settings (localspec.settings.resolve), if any
 
 
 @dataclass
