@@ -88,6 +88,7 @@ class RuntimeSession:
         options: SessionOptions,
         target_name: str | None = None,
         draft_name: str | None = None,
+        states: tuple[KVState, KVState | None] | None = None,  # a slot's (localspec/pool.py)
     ) -> None:
         self.options = options
         self.target_model = target
@@ -96,8 +97,8 @@ class RuntimeSession:
         self.draft_name = (draft_name or draft.name) if draft else None
         ctx_kw = dict(n_ctx=options.n_ctx, n_batch=options.n_batch, n_seq_max=options.n_seq_max,
                       threads=options.threads, rs_snapshots=options.rs_snapshots)
-        self.target = KVState(Context(target, **ctx_kw))
-        self.draft = KVState(Context(draft, **ctx_kw)) if draft else None
+        self.target, self.draft = states or (KVState(Context(target, **ctx_kw)),
+                                             KVState(Context(draft, **ctx_kw)) if draft else None)
         self.template = ChatTemplate(target)
         self.messages: list[dict[str, str]] = []
         self._stop = StopFlag()

@@ -52,9 +52,10 @@ class ClientGone(Exception):
     """The HTTP client disconnected while its request waited or ran."""
 
 
-def create_app(session: Session, config: ServerConfig) -> Starlette:
-    """A Starlette app serving `session`; the worker thread lives as long as the app runs."""
-    worker = Worker(session, config.max_queue)
+def create_app(session: Session, config: ServerConfig, pool: object = None) -> Starlette:
+    """A Starlette app serving `session` (with `pool`, a localspec.pool.Pool, its N slots:
+    `session` is then the pool's base); the slot threads live as long as the app runs."""
+    worker = Worker(session, config.max_queue, pool)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -66,7 +67,15 @@ def create_app(session: Session, config: ServerConfig) -> Starlette:
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "busy": worker.busy, "queued": worker.queued,
-                             "queue_max": worker.max_queue})
+                             "queue_max": worker.max_queue, "slots": worker.slots()})
+
+    async def slots(request: Request) -> Response:
+        """llama-server's /slots: what each slot does (behind the API key, as there)."""
+        try:
+            _auth(request, config.api_key)
+        except ApiError as e:
+            return e.response()
+        return JSONResponse(worker.slots())
 
     async def models(request: Request) -> Response:
         try:
@@ -130,6 +139,7 @@ def create_app(session: Session, config: ServerConfig) -> Starlette:
             Route(f"{prefix}/completions", completions, methods=["POST"]),
         ]
     routes.append(Route("/health", health, methods=["GET"]))
+    routes.append(Route("/slots", slots, methods=["GET"]))
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: http_error, Exception: server_error})
     app.state.worker = worker

@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from localspec.cli.args import add_gen_args, add_model_args, asked_of, session_options
@@ -32,6 +33,10 @@ def register(sub) -> None:
     g.add_argument("--port", type=int, default=8080, help="TCP port")
     g.add_argument("--api-key", default=os.environ.get("LOCALSPEC_API_KEY"),
                    help="require 'Authorization: Bearer KEY' on /v1/* (default: $LOCALSPEC_API_KEY)")
+    g.add_argument("-np", "--parallel", type=int, default=1, metavar="N",
+                   help="slots: N requests decode at once, their target verifications (and draft steps) "
+                   "joined into one llama_decode per round (llama-server's flag); --ctx and --batch are "
+                   "totals split evenly across the slots, as there")
     g.add_argument("--queue", type=int, default=16,
                    help="requests that may wait behind the running one; more get 429 + Retry-After")
     g.add_argument("--alias", "-a", default=None, help="model id reported by /v1/models (default: the target's name)")
@@ -85,6 +90,8 @@ def _check(a: argparse.Namespace) -> None:
         raise ConfigError(f"--max-body must be >= 1024 bytes (got {a.max_body})")
     if a.drain < 0:
         raise ConfigError(f"--drain must be >= 0 (got {a.drain})")
+    if not 1 <= a.parallel <= 16:
+        raise ConfigError(f"-np/--parallel must be in 1..16 (got {a.parallel})")
 
 
 def _drain(server, worker, seconds: float) -> None:
@@ -118,27 +125,37 @@ def cmd_serve(a: argparse.Namespace) -> int:
     if not is_loopback(a.host) and not a.api_key:
         print(f"warning: serving on {a.host} without --api-key: anyone who can reach port {a.port} "
               "can use these models", file=sys.stderr)
-    opts, notes = check(session_options(a), asked, has_draft=draft is not None)
+    from localspec.pool import open_pool, pool_options, slot_options
+
+    n = a.parallel
+    opts = session_options(a)
+    # every number is checked against what ONE slot gets (its share of --ctx and --batch)
+    per_slot, notes = check(slot_options(pool_options(opts, n), n), asked, has_draft=draft is not None)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
+    opts = replace(opts, threads=per_slot.threads)
     sock = bind(a.host, a.port)
-    sess = open_session(target, draft, opts,
-                        progress=lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr))
+    say = lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr)  # noqa: E731
+    pool = open_pool(target, draft, opts, n, progress=say) if n > 1 else None
+    sess = pool.base if pool is not None else open_session(target, draft, opts, progress=say)
     app = None
     try:
         settings = resolve(asked, sess, target)  # a request's own fields still win (server/schema.py)
         cfg = settings.cfg
-        if cfg.method == "auto" and draft is not None:
+        if cfg.method == "auto" and (draft is not None or pool is not None):
             sess.explain(cfg)  # measure the cost curves now rather than during the first request
+        if pool is not None:
+            pool.share_costs()  # timed on the full contexts, before any slot batches with another
         config = ServerConfig(model_id=a.alias or model_id(target),
                               draft=model_id(draft) if draft else None, api_key=a.api_key or None,
                               max_queue=a.queue, max_body=a.max_body,
-                              limits=Limits(cfg=cfg, n_ctx=opts.n_ctx or MAX_TOKENS, n_batch=opts.n_batch,
-                                            n_seq_max=opts.n_seq_max, lenient=a.ignore_unknown_fields,
+                              limits=Limits(cfg=cfg, n_ctx=per_slot.n_ctx or MAX_TOKENS,
+                                            n_batch=per_slot.n_batch, n_seq_max=per_slot.n_seq_max,
+                                            lenient=a.ignore_unknown_fields,
                                             reasoning_format=a.reasoning_format,
                                             reasoning_budget=settings.budget,
                                             template_kwargs=settings.template_kwargs))
-        app = create_app(sess, config)
+        app = create_app(sess, config, pool)
         # uvicorn's own timeout is only a backstop: _drain stops generations first, so cut-off
         # streams still end with a last chunk and [DONE]
         server = uvicorn.Server(uvicorn.Config(app, log_level=a.log_level, lifespan="on",
@@ -147,7 +164,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
         host = f"[{a.host}]" if ":" in a.host else a.host
         port = sock.getsockname()[1]
         print(f"localspec serve: http://{host}:{port}/v1  model {config.model_id} (draft {config.draft}, "
-              f"method {cfg.method}); Ctrl-C stops", file=sys.stderr)
+              f"method {cfg.method}{f', {n} slots' if n > 1 else ''}); Ctrl-C stops", file=sys.stderr)
         previous = signal.signal(signal.SIGTERM, _sigterm)  # uvicorn re-raises it after draining
         try:
             server.run(sockets=[sock])

@@ -1,11 +1,14 @@
-"""The one thread that runs the session, fed by a bounded FIFO queue of jobs.
+"""The slot threads that run generations, fed by one bounded FIFO queue of jobs.
 
-A Session is not thread-safe and both models' KV caches are one resource, so requests are
-served one at a time in arrival order (what a single llama-server slot does). HTTP handlers
-run on the event loop; they submit a Job and read its items from an asyncio queue that the
-worker feeds through `loop.call_soon_threadsafe`. A full queue is refused at once (429), a
-cancelled job (client gone) is skipped if it has not started and stopped within one
-decoding iteration if it has (`Session.stop`).
+A Session is not thread-safe, so each slot is one thread with a session of its own: with
+`-np 1` the server's session (requests one at a time, in arrival order, as one llama-server
+slot); with `-np N` the N slot sessions of a localspec.pool.Pool, whose decodes are joined
+into one llama_decode per round (backend/slots.py). A slot's whole generation runs inside
+`pool.active(slot)`, which is what lets the others batch with it. HTTP handlers run on the
+event loop; they submit a Job and read its items from an asyncio queue that the slot feeds
+through `loop.call_soon_threadsafe`. A full queue is refused at once (429), a cancelled job
+(client gone) is skipped if it has not started and stopped within one decoding iteration
+if it has (`Session.stop` on its slot's session).
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import queue
 import threading
 import time
 from collections import deque
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 from localspec.errors import LocalspecError
 from localspec.events import Accepted, Done, Written
@@ -84,24 +89,28 @@ class Served:
 
 
 class Worker:
-    """Owns the session; runs one job at a time on its own thread."""
+    """Owns the sessions; each slot runs one job at a time on its own thread."""
 
-    def __init__(self, session: Session, max_queue: int = 16) -> None:
-        self.session = session
+    def __init__(self, session: Session, max_queue: int = 16, pool: Any = None) -> None:
+        self.session = session  # -np 1: the one slot; with a pool, its base (renders, metadata)
+        self.pool = pool  # a localspec.pool.Pool, or None
+        self.sessions: list[Session] = list(pool.slots) if pool is not None else [session]
         self.max_queue = max_queue
         self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max(1, max_queue))
         self._lock = threading.Lock()
-        self._current: Job | None = None
+        self._current: list[Job | None] = [None] * len(self.sessions)
         self._closing = False
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._avg_seconds = 2.0  # running mean of service time, for Retry-After
         self.served: deque[Served] = deque(maxlen=256)
 
     # ------------------------------------------------------------------ event-loop side
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="localspec-worker", daemon=True)
-            self._thread.start()
+        if not self._threads:
+            for i in range(len(self.sessions)):
+                t = threading.Thread(target=self._run, args=(i,), name=f"localspec-slot-{i}", daemon=True)
+                t.start()
+                self._threads.append(t)
 
     def submit(self, job: Job) -> None:
         """Queue a job, or raise QueueFull / ShuttingDown at once."""
@@ -116,12 +125,14 @@ class Worker:
         """The client went away: skip the job, or stop it within one iteration (thread-safe)."""
         job.cancelled.set()
         with self._lock:
-            if self._current is job:
-                self.session.stop()
+            for i, cur in enumerate(self._current):
+                if cur is job:
+                    self.sessions[i].stop()
 
     def retry_after(self) -> int:
         """Seconds until a queue slot is likely free (whole seconds, as the header wants)."""
-        return max(1, min(120, math.ceil(self._avg_seconds * (self._jobs.qsize() / max(1, self.max_queue) + 1))))
+        per_slot = self._jobs.qsize() / max(1, self.max_queue * len(self.sessions))
+        return max(1, min(120, math.ceil(self._avg_seconds * (per_slot + 1))))
 
     @property
     def queued(self) -> int:
@@ -129,12 +140,20 @@ class Worker:
 
     @property
     def busy(self) -> bool:
-        return self._current is not None
+        return any(c is not None for c in self._current)
 
     @property
     def alive(self) -> bool:
-        """Whether the worker thread still runs (then the session must not be closed under it)."""
-        return self._thread is not None and self._thread.is_alive()
+        """Whether a slot thread still runs (then the sessions must not be closed under it)."""
+        return any(t.is_alive() for t in self._threads)
+
+    def slots(self) -> list[dict]:
+        """What each slot does now (/slots, /health)."""
+        out = []
+        for i, job in enumerate(self._current):
+            out.append({"id": i, "is_processing": job is not None, "job": job.id if job else None,
+                        "kind": job.req.kind if job else None})
+        return out
 
     def drain(self, timeout: float) -> None:
         """Refuse new jobs; give queued and running ones `timeout` seconds, then stop them.
@@ -149,14 +168,15 @@ class Worker:
         self._abort()
 
     def close(self, timeout: float = 10.0) -> None:
-        """Refuse new jobs, drop queued ones, stop the running one, and end the thread."""
+        """Refuse new jobs, drop queued ones, stop the running ones, and end the threads."""
         self._abort()
-        if self._thread is not None:
+        for _ in self._threads:
             try:
                 self._jobs.put(None, timeout=timeout)
             except queue.Full:  # pragma: no cover - emptied by _abort
                 pass
-            self._thread.join(timeout)
+        for t in self._threads:
+            t.join(timeout)
 
     def _abort(self) -> None:
         self._closing = True
@@ -168,11 +188,12 @@ class Worker:
             if job is not None:
                 job.send(("error", ShuttingDown()))
         with self._lock:
-            if self._current is not None:
-                self.session.stop()
+            for i, cur in enumerate(self._current):
+                if cur is not None:
+                    self.sessions[i].stop()
 
-    # ------------------------------------------------------------------ worker thread
-    def _run(self) -> None:
+    # ------------------------------------------------------------------ slot threads
+    def _run(self, slot: int) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
@@ -182,21 +203,22 @@ class Worker:
                 job.send(("error", ShuttingDown()) if self._closing else ("cancelled",))
                 continue
             with self._lock:
-                self._current = job
+                self._current[slot] = job
             t0 = time.perf_counter()
             job.started = t0
             try:
-                self._serve(job)
+                with self.pool.active(slot) if self.pool is not None else nullcontext():
+                    self._serve(job, self.sessions[slot])
             finally:
                 with self._lock:
-                    self._current = None
+                    self._current[slot] = None
                 job.finished = True
                 self._avg_seconds = 0.8 * self._avg_seconds + 0.2 * (time.perf_counter() - t0)
 
-    def _serve(self, job: Job) -> None:
+    def _serve(self, job: Job, session: Session) -> None:
         req = job.req
         try:
-            events = start(self.session, req)  # chat on a thinking model: split + budget
+            events = start(session, req)  # chat on a thinking model: split + budget
         except LocalspecError as e:
             self.served.append(Served(job.id, "error", 0, job.cancelled.is_set()))
             job.send(("error", e))
@@ -208,11 +230,11 @@ class Worker:
             return
         job.send(("start",))
         done: Done | None = None
-        split = req.kind == "chat" and splits(self.session, req.reasoning_format)
+        split = req.kind == "chat" and splits(session, req.reasoning_format)
         try:
             for ev in events:
                 if job.cancelled.is_set():
-                    self.session.stop()  # also covers a cancel that raced generate()'s start
+                    session.stop()  # also covers a cancel that raced generate()'s start
                 if split:  # (segment, text) pieces of a thinking model: reasoning_content apart
                     for p in events.take():
                         job.send(("text", p.text, p.kind, p.tokens, p.segment))

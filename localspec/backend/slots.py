@@ -1,0 +1,237 @@
+"""Slots: N views of one llama.cpp context whose decodes are joined into ONE llama_decode.
+
+Why: `serve -np N` runs N requests at once. Each request's decoding loop is the ordinary one
+(decode/), written against a Context; here each slot gets a SlotContext that looks like a
+whole context (its own sequence ids, a share of the KV cells and of the batch) but whose
+`decode()` only hands its tokens to `Rounds`. When every slot that is generating is waiting
+in a decode, the round fires: per real context, the slots' tokens go into one batch, one
+llama_decode runs, and each slot reads its own rows of the logits (a numpy view: rows are
+sliced, not copied). So N target verifications cost one target pass, and N draft steps one
+draft pass: the batch curve of a CPU/GPU is what makes that pay.
+
+Invariants:
+- slot i owns the real sequence ids [i*S, (i+1)*S) (S = its n_seq_max); every sequence
+  operation is mapped there, so no slot can touch another's cells (seq_keep and clear act
+  on the slot's own ids only);
+- a slot gets n_ctx // N positions and n_batch // N tokens per decode, so a round always
+  fits one llama_decode (llama-server splits -c across -np slots the same way);
+- a round runs only while every active slot waits (then no slot reads logits or edits its
+  cache), and `Rounds.active(i)` must wrap a slot's whole generation: KV edits before the
+  first decode happen while the slot is counted active, so never during a running round.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+
+import numpy as np
+
+from localspec.backend.context import Context
+from localspec.errors import ConfigError, SeqOpError
+
+
+class SlotBatch:
+    """What one slot puts in the next round: (token, pos, seq_ids, logits) items, with the
+    Batch interface the decoding loops use (row numbers are the slot's own)."""
+
+    def __init__(self, capacity: int, n_seq_max: int) -> None:
+        self.capacity = capacity
+        self.n_seq_max = n_seq_max
+        self.items: list[tuple[int, int, tuple[int, ...], bool]] = []
+        self.n = 0
+        self.n_outputs = 0
+
+    def clear(self) -> SlotBatch:
+        self.items.clear()
+        self.n = self.n_outputs = 0
+        return self
+
+    def add(self, token: int, pos: int, seq_ids: Sequence[int] | int, logits: bool = False) -> int:
+        if self.n >= self.capacity:
+            raise ConfigError(f"batch of more than {self.capacity} tokens (this slot's share of --batch): "
+                              "lower -K/-L or -np, or raise --batch")
+        ids = (seq_ids,) if isinstance(seq_ids, int) else tuple(seq_ids)
+        if not ids or max(ids) >= self.n_seq_max or min(ids) < 0:
+            raise ConfigError(f"sequence ids {list(ids)} out of range for this slot's {self.n_seq_max}: lower -K")
+        self.items.append((int(token), int(pos), ids, bool(logits)))
+        self.n += 1
+        if logits:
+            self.n_outputs += 1
+            return self.n_outputs - 1
+        return -1
+
+    def add_sequence(self, tokens: Iterable[int], pos0: int, seq_ids: Sequence[int] | int,
+                     logits_last: bool = True) -> int:
+        toks = list(tokens)
+        row = -1
+        for j, t in enumerate(toks):
+            row = self.add(t, pos0 + j, seq_ids, logits_last and j == len(toks) - 1)
+        return row
+
+
+class Rounds:
+    """The barrier: collects the active slots' decodes and runs them as one per context."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._active: set[int] = set()
+        self._waiting: dict[int, SlotContext] = {}
+        self.rounds = 0  # rounds fired (tests, /slots)
+        self.decodes = 0  # llama_decode calls made for them
+        self.tokens = 0  # tokens they evaluated
+
+    @contextmanager
+    def active(self, slot: int) -> Iterator[None]:
+        """A slot's generation: its decodes take part in rounds until it leaves."""
+        with self._cv:
+            self._active.add(slot)
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._active.discard(slot)
+                if self._waiting and self._active <= set(self._waiting):
+                    self._fire()
+
+    @property
+    def n_active(self) -> int:
+        return len(self._active)
+
+    def submit(self, sc: SlotContext) -> None:
+        """Wait until the round with this slot's decode has run (or run it, as the last one in)."""
+        with self._cv:
+            sc.error = None
+            self._waiting[sc.index] = sc  # a slot is one thread: it waits on one decode at a time
+            ticket = self.rounds
+            if self._active | {sc.index} <= set(self._waiting):
+                self._fire()
+            while self.rounds == ticket:
+                self._cv.wait()
+        if sc.error is not None:
+            raise sc.error
+
+    def _fire(self) -> None:
+        """Run the waiting decodes, one llama_decode per real context (lock held)."""
+        groups: dict[int, list[SlotContext]] = {}
+        for sc in self._waiting.values():
+            groups.setdefault(id(sc.real), []).append(sc)
+        self._waiting = {}
+        for scs in groups.values():
+            self._decode(scs)
+        self.rounds += 1
+        self._cv.notify_all()
+
+    def _decode(self, scs: list[SlotContext]) -> None:
+        real = scs[0].real
+        b = real.batch.clear()
+        out = 0
+        for sc in sorted(scs, key=lambda s: s.index):
+            sc.row0 = out
+            for token, pos, ids, logits in sc.pending.items:
+                b.add(token, pos, [sc.base + i for i in ids], logits)
+            out += sc.pending.n_outputs
+            sc.n_out = sc.pending.n_outputs
+        try:
+            real.decode(b)
+            if b.n_outputs:
+                # read the logits pointer now, under the lock: llama_get_logits may reorder
+                # the output buffer, which slots reading at once from their threads would race
+                real.logits_all()
+        except Exception as e:  # noqa: BLE001 - every slot of the round hears about it
+            for sc in scs:
+                sc.error = e
+            return
+        self.decodes += 1
+        self.tokens += b.n
+        for sc in scs:
+            sc.n_decodes += 1
+            sc.n_evaluated += sc.pending.n
+
+
+class SlotContext:
+    """One slot's view of a shared Context (see the module docstring)."""
+
+    def __init__(self, real: Context, rounds: Rounds, index: int, n_slots: int) -> None:
+        if real.memory.has_state:
+            raise ConfigError(f"-np {n_slots}: {real.model.name} keeps a recurrent state ({real.memory.value} "
+                              "memory), one per sequence, which slots cannot share yet; use -np 1")
+        self.real = real
+        self.rounds = rounds
+        self.index = index
+        self.n_seq_max = real.n_seq_max // n_slots
+        self.base = index * self.n_seq_max
+        self.n_ctx = real.n_ctx // n_slots
+        self.n_batch = real.n_batch // n_slots
+        self.model = real.model
+        self.memory = real.memory
+        self.n_rs_seq = 0
+        self.threads = real.threads
+        self.n_vocab = real.n_vocab
+        self.batch = SlotBatch(self.n_batch, self.n_seq_max)
+        self.pending = self.batch
+        self.n_decodes = 0
+        self.n_evaluated = 0
+        self.row0 = 0
+        self.n_out = 0
+        self.error: BaseException | None = None
+
+    @property
+    def placement_key(self) -> str:
+        return self.real.placement_key
+
+    @property
+    def on_decode(self):  # noqa: ANN201 - the shared context's hook (one cost model for all slots)
+        return self.real.on_decode
+
+    @on_decode.setter
+    def on_decode(self, hook) -> None:  # noqa: ANN001
+        self.real.on_decode = hook
+
+    def decode(self, batch: SlotBatch | None = None) -> None:
+        b = batch or self.batch
+        if b.n == 0:
+            return
+        self.pending = b
+        self.rounds.submit(self)
+
+    def logits_all(self) -> np.ndarray:
+        return self.real.logits_all()[self.row0 : self.row0 + self.n_out]
+
+    def logits(self, row: int) -> np.ndarray:
+        return self.logits_all()[row]
+
+    # ------------------------------------------------------------------ KV ops, mapped
+    def _own(self) -> range:
+        return range(self.base, self.base + self.n_seq_max)
+
+    def try_seq_rm(self, seq: int, p0: int = 0, p1: int = -1) -> bool:
+        if seq < 0:
+            return all([self.real.try_seq_rm(s, p0, p1) for s in self._own()])
+        return self.real.try_seq_rm(self.base + seq, p0, p1)
+
+    def seq_rm(self, seq: int, p0: int = 0, p1: int = -1) -> None:
+        if not self.try_seq_rm(seq, p0, p1):
+            raise SeqOpError(f"llama.cpp refused to remove positions {p0}.. of slot {self.index}'s sequence "
+                             f"{seq} ({self.model.name}); this is a localspec bug: please report it")
+
+    def seq_cp(self, src: int, dst: int, p0: int = 0, p1: int = -1) -> None:
+        self.real.seq_cp(self.base + src, self.base + dst, p0, p1)
+
+    def seq_keep(self, seq: int) -> None:
+        for s in self._own():
+            if s != self.base + seq:
+                self.real.try_seq_rm(s)
+
+    def pos_max(self, seq: int = 0) -> int:
+        return self.real.pos_max(self.base + seq)
+
+    def pos_min(self, seq: int = 0) -> int:
+        return self.real.pos_min(self.base + seq)
+
+    def clear(self) -> None:
+        self.try_seq_rm(-1)
+
+    def close(self) -> None:
+        """The shared context is closed by its owner (the pool), not by a slot."""
