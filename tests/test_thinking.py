@@ -144,10 +144,11 @@ def test_splitter_cases(chunks, inside, closed, want):
     assert "".join(p.text for p in pieces if p.segment == "reasoning") == want[0]
     assert "".join(p.text for p in pieces if p.segment == "answer") == want[1]
     assert split_text("".join(chunks), M, inside=inside) == want or closed
+    text = "".join(chunks)  # every piece is the run of the visible text its start says
+    assert all(text[p.start : p.start + len(p.text)] == p.text for p in pieces)
     # the TUI finds the block by offsets (tui/thinking.py block_bounds): the same rules
     from localspec.tui.thinking import block_bounds
 
-    text = "".join(chunks)
     b = block_bounds(text, M, inside)
     by_offsets = ("", text) if b is None else (text[b[0] : b[1]], text[b[2] :] if b[2] >= 0 else "")
     assert by_offsets == want or closed
