@@ -144,13 +144,44 @@ def test_splitter_cases(chunks, inside, closed, want):
     assert "".join(p.text for p in pieces if p.segment == "reasoning") == want[0]
     assert "".join(p.text for p in pieces if p.segment == "answer") == want[1]
     assert split_text("".join(chunks), M, inside=inside) == want or closed
-    # the TUI finds the block by offsets (tui/thinking.py block_bounds): the same rules
-    from localspec.tui.thinking import block_bounds
+    text = "".join(chunks)  # every piece is the run of the visible text its start says
+    assert all(text[p.start : p.start + len(p.text)] == p.text for p in pieces)
+    if not closed:  # the TUI (which leaves closed to the model) shows the splitter's split
+        assert tui_regions(chunks, inside) == want
 
-    text = "".join(chunks)
-    b = block_bounds(text, M, inside)
-    by_offsets = ("", text) if b is None else (text[b[0] : b[1]], text[b[2] :] if b[2] >= 0 else "")
-    assert by_offsets == want or closed
+
+class MarkerSession:
+    """Just what the TUI's thinking layer asks of a session: markers, and a rendered prompt
+    that opens the block (DeepSeek-R1 style) when `inside`."""
+
+    think_markers = M
+
+    def __init__(self, inside: bool) -> None:
+        self.inside = inside
+
+    def render(self, messages, *, template_kwargs=None) -> str:
+        return "prompt" + ("<think>\n" if self.inside else "")
+
+
+def tui_regions(chunks: list[str], inside: bool) -> tuple[str, str]:
+    """(dimmed, plain) text of the TUI's unfolded rendering of a turn written in `chunks`:
+    what the TUI shows as reasoning and as the answer."""
+    from localspec.tui.thinking import ThinkingBlocks
+    from localspec.tui.transcript import Transcript, render_spans
+
+    fake, blocks, tr = MarkerSession(inside), ThinkingBlocks(folded=False), Transcript()
+    turn = tr.begin_turn("q")
+    for ev in [*(w(c) for c in chunks), Done("eog", "".join(chunks), Stats())]:
+        tr.apply(ev)
+        blocks.feed(0, ev, fake)
+    out = blocks.render(0, turn, fake, render_spans(turn.spans))
+    parts, styled = {True: "", False: ""}, set()
+    for span in out.spans:
+        parts["dim" in str(span.style).split()] += out.plain[span.start : span.end]
+        styled |= set(range(span.start, span.end))
+    unstyled = "".join(c for i, c in enumerate(out.plain) if i not in styled)
+    assert unstyled in ("", "\n")  # the line the TUI puts where the close marker was, nothing else
+    return parts[True], parts[False]
 
 
 def test_splitter_without_markers_and_history_strip():
@@ -389,7 +420,6 @@ def test_tui_thinking_block_folds_and_keeps_colours():
 
     from localspec.events import Rejected
     from localspec.tui import LocalspecApp
-    from localspec.tui.thinking import block_bounds
     from localspec.tui.transcript import STYLES
     from tests.support.replay import FakeSession, fake_factory, send_and_wait
 
@@ -436,4 +466,5 @@ def test_tui_thinking_block_folds_and_keeps_colours():
     assert styles["let me"] == f"{STYLES['draft']} dim" and styles[" think"] == f"{STYLES['correction']} dim"
     assert styles[" nope"] == f"{STYLES['rejected']} dim" and styles[" is 4."] == STYLES["bonus"]
     assert fake.kwargs == [{}, {"template_kwargs": {"enable_thinking": True}}]
-    assert block_bounds("<think>\n a \n</think>\n\nB", M, False) == (9, 10, 22)
+    pieces = feed_all(ReasoningSplitter(M), [w("<think>\n a \n</think>\n\nB")])  # the offsets the TUI places by
+    assert [(p.segment, p.start, p.start + len(p.text)) for p in pieces] == [("reasoning", 9, 10), ("answer", 22, 23)]

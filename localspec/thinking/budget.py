@@ -32,8 +32,8 @@ from dataclasses import dataclass, replace
 from localspec.config import GenConfig
 from localspec.events import Accepted, Done, Event, Stats, StatsUpdate, Written
 from localspec.session import Prompt, Session, ThinkMarkers
+from localspec.thinking.pieces import Piece
 from localspec.thinking.split import (
-    Piece,
     ReasoningSplitter,
     ends_closed,
     markers_of,

@@ -12,33 +12,21 @@ template by localspec.backend.hints). The split follows llama-server's
 literal `<think>` is answer text), the reasoning is stripped of the whitespace around it
 and the answer of the whitespace before it; a prompt that already opened the block (a
 DeepSeek-R1-style template, or a prefill) starts inside it; a model that never writes a
-marker has no reasoning.
+marker has no reasoning. This is the only place the rule is written: `run`, `serve` and the
+TUI all consume the splitter's pieces (localspec.thinking.pieces).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import Literal
 
 from localspec.events import Accepted, Done, Event, Stats, StatsUpdate, Written
 from localspec.session import Message, Session, ThinkMarkers
-
-Segment = Literal["reasoning", "answer"]
-SEGMENTS: tuple[Segment, Segment] = ("reasoning", "answer")
+from localspec.thinking.pieces import SEGMENTS, Piece, Segment
 
 _PRE, _THINK, _AFTER, _ANSWER = "pre", "think", "after", "answer"
-
-
-class Piece(NamedTuple):
-    """Visible text routed to a segment; `tokens` are the event's tokens that went there
-    (text may lag its tokens: a marker or whitespace is held until it is decided)."""
-
-    segment: Segment
-    text: str
-    tokens: int
-    kind: str  # the event's provenance: draft, correction, bonus, target, forced
-
 
 def markers_of(session: object) -> ThinkMarkers | None:
     """session.think_markers, tolerating test fakes and older sessions without it."""
@@ -109,7 +97,7 @@ class SegmentStats:
 
 @dataclass
 class ReasoningSplitter:
-    """Streams events into (segment, text) pieces and keeps per-segment stats.
+    """Streams events into Pieces (pieces.py) and keeps per-segment stats: the one split rule.
 
     `feed(event)` for every event of a generation, `finish()` at the end (releases text
     held back while a marker or trailing whitespace was undecided). `inside=True` when the
@@ -126,7 +114,8 @@ class ReasoningSplitter:
     inner_tokens: int = field(init=False, default=0)  # tokens strictly inside the block (the budget's count)
     opened: bool = field(init=False, default=False)  # the block was open at some point
     stats: dict[str, SegmentStats] = field(init=False)
-    _held: str = field(init=False, default="")
+    _held: str = field(init=False, default="")  # undecided: always the last characters fed
+    _fed: int = field(init=False, default=0)  # visible characters fed so far (where Piece.start counts)
     _emitted: bool = field(init=False, default=False)
     _pre_tokens: int = field(init=False, default=0)
     _iter: dict[str, int] = field(init=False)
@@ -166,15 +155,16 @@ class ReasoningSplitter:
     def finish(self) -> list[Piece]:
         """Release held text at the end of the generation."""
         held, self._held = self._held, ""
+        at = self._fed - len(held)
         out: list[Piece] = []
         if self.state == _PRE:
             self._count("answer", self._pre_tokens)
             self._pre_tokens = 0
             if held:
-                out.append(Piece("answer", held, 0, "target"))
+                out.append(Piece("answer", held, 0, "target", at))
                 self.answer += held
         elif self.state == _THINK and held.strip():
-            out.append(Piece("reasoning", held.rstrip(), 0, "target"))
+            out.append(Piece("reasoning", held.rstrip(), 0, "target", at))
             self.reasoning += held.rstrip()
         return out
 
@@ -186,11 +176,13 @@ class ReasoningSplitter:
         return self.reasoning, self.answer
 
     # ------------------------------------------------------------------ text
-    def _text(self, text: str) -> list[tuple[Segment, str]]:
-        """The state machine over characters: returns decided text, holds the undecided."""
+    def _text(self, text: str) -> list[tuple[Segment, str, int]]:
+        """The state machine over characters: returns decided text with where it starts in
+        the visible text, holds the undecided. `at` follows buf[0] as buf loses its head."""
         m = self.markers
         buf, self._held = self._held + text, ""
-        out: list[tuple[Segment, str]] = []
+        at, self._fed = self._fed + len(text) - len(buf), self._fed + len(text)
+        out: list[tuple[Segment, str, int]] = []
         while True:
             if self.state == _PRE:
                 assert m is not None
@@ -199,7 +191,7 @@ class ReasoningSplitter:
                     self._held = buf  # whitespace or a partial open marker: undecided
                     break
                 if s.startswith(m.open):
-                    self.state, buf = _THINK, s[len(m.open) :]
+                    self.state, at, buf = _THINK, at + len(buf) - len(s) + len(m.open), s[len(m.open) :]
                     self.opened = True
                     continue
                 self.state = _ANSWER  # text before any marker: no reasoning, keep it verbatim
@@ -212,27 +204,27 @@ class ReasoningSplitter:
                 if i < 0:
                     k = next((k for k in range(min(len(m.close) - 1, len(buf)), 0, -1) if buf.endswith(m.close[:k])), 0)
                     body, tail = buf[: len(buf) - k], buf[len(buf) - k :]
-                if not self._emitted:
-                    body = body.lstrip()
+                lead = 0 if self._emitted else len(body) - len(body.lstrip())
+                body = body[lead:]
                 kept = body.rstrip()
                 if kept:
-                    out.append(("reasoning", kept))
+                    out.append(("reasoning", kept, at + lead))
                     self._emitted = True
                 if i < 0:
                     self._held = body[len(kept) :] + tail
                     break
-                self.state, buf = _AFTER, buf[i + len(m.close) :]
+                self.state, at, buf = _AFTER, at + i + len(m.close), buf[i + len(m.close) :]
                 continue
             if self.state == _AFTER:
                 s = buf.lstrip()
                 if not s:
                     break  # whitespace after the block is the template's, not the answer's
-                self.state, buf = _ANSWER, s
+                self.state, at, buf = _ANSWER, at + len(buf) - len(s), s
                 continue
             if buf:
-                out.append(("answer", buf))
+                out.append(("answer", buf, at))
             break
-        for seg, t in out:
+        for seg, t, _ in out:
             if seg == "reasoning":
                 self.reasoning += t
             else:
@@ -251,8 +243,10 @@ class ReasoningSplitter:
         else:
             for seg, n in counts.items():
                 self._count(seg, n)
-        texts = {s: "".join(t for g, t in decided if g == s) for s in SEGMENTS}
-        return [Piece(s, texts[s], counts[s], kind) for s in SEGMENTS if texts[s] or counts[s]]
+        texts = {s: "".join(t for g, t, _ in decided if g == s) for s in SEGMENTS}  # one run each at most
+        frontier = self._fed - len(self._held)  # where text not yet decided starts
+        starts = {s: next((a for g, _, a in decided if g == s), frontier) for s in SEGMENTS}
+        return [Piece(s, texts[s], counts[s], kind, starts[s]) for s in SEGMENTS if texts[s] or counts[s]]
 
     def _attribute(self, tokens: list[int], before: str, after: str) -> dict[str, int]:
         """How many of this event's tokens are reasoning / answer, by where the markers are."""

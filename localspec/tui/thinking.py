@@ -1,11 +1,13 @@
 """The TUI's thinking block: a thinking model's reasoning shown dimmed, folded once it answers.
 
 A pure layer over the transcript's spans (no Textual here): the transcript keeps colouring
-every span by who wrote it (draft, correction, bonus, target, rejected); this finds where
-the reasoning block lies in the visible text (localspec.thinking.split's rules: the block only
-at the start, or from the first character when the template opened it), hides the
-markers, dims the reasoning spans while keeping their speculation colours, and, once the
-answer has started and folding is on, replaces the block by one line:
+every span by who wrote it (draft, correction, bonus, target, rejected); where the reasoning
+lies is not decided here but by localspec.thinking.split's ReasoningSplitter, the one split
+rule `run` and `serve` use too, fed the same events: its pieces say, by offset into the
+visible text (localspec.thinking.pieces.Layout), which characters are reasoning, which are
+answer and which (markers, stripped whitespace) are hidden. This dims the reasoning while
+keeping its speculation colours and, once the answer has started and folding is on,
+replaces the block by one line:
 "▸ thought for 412 tokens, 9.1 s, block eff 4.20". F4 toggles folding, F5 cycles the
 thinking switch (auto / on / off) for the next turn.
 """
@@ -16,8 +18,9 @@ from dataclasses import dataclass, field
 
 from rich.text import Text
 
-from localspec.events import Event
-from localspec.session import Session, ThinkMarkers
+from localspec.events import Done, Event
+from localspec.session import Session
+from localspec.thinking.pieces import Layout
 from localspec.thinking.split import (
     ReasoningSplitter,
     markers_of,
@@ -30,40 +33,16 @@ from localspec.tui.transcript import STYLES, VISIBLE_KINDS, Span, Turn, span_sty
 MODES = ("auto", "on", "off")
 
 
-def block_bounds(visible: str, markers: ThinkMarkers, inside: bool) -> tuple[int, int, int] | None:
-    """(reasoning_from, reasoning_to, answer_from) offsets in the visible text; the rest (the
-    markers and the whitespace around them) is hidden. answer_from is -1 while the block
-    is still open. None: this text has no block. localspec.thinking.split's splitter applies the
-    same rules to a stream; tests/test_thinking.py holds the two to the same cases."""
-    if inside:
-        start = 0
-    else:
-        s = visible.lstrip()
-        if not s.startswith(markers.open):
-            return None
-        start = len(visible) - len(s) + len(markers.open)
-    start += len(visible[start:]) - len(visible[start:].lstrip())
-    close = visible.find(markers.close, start)
-    if close < 0:
-        return start, len(visible.rstrip()), -1
-    end = start + len(visible[start:close].rstrip())
-    after = close + len(markers.close)
-    after += len(visible[after:]) - len(visible[after:].lstrip())
-    return start, end, after
-
-
-def render_block(spans: list[Span], markers: ThinkMarkers, *, inside: bool, folded: bool, summary: str,
-                 show_rejected: bool = True) -> Text | None:
-    """The turn's Text with its reasoning block dimmed (or folded); None when it has none.
-
-    Folding applies once the block is closed: one summary line, then the answer. Rejected
-    draft text goes with the region its position falls in."""
-    visible = "".join(s.text for s in spans if s.kind in VISIBLE_KINDS)
-    bounds = block_bounds(visible, markers, inside)
-    if bounds is None:
-        return None
-    r_from, r_to, a_from = bounds
-    closed = a_from >= 0
+def render_block(spans: list[Span], layout: Layout, *, closed: bool, folded: bool, summary: str,
+                 show_rejected: bool = True) -> Text:
+    """The turn's Text with each visible character where the splitter put it (`layout`):
+    reasoning dimmed, the answer as written, markers and the whitespace the split strips
+    hidden. Folding applies once the block is `closed`: one summary line, then the answer.
+    Text that is not the model's (rejected drafts, PARSE markers, notes) goes with the
+    region its position falls in."""
+    a_from = layout.answer_from
+    if a_from is None:  # closed with no answer yet: what follows the visible text is the answer's
+        a_from = sum(len(s.text) for s in spans if s.kind in VISIBLE_KINDS)
     fold = folded and closed
     text = Text()
     if fold:
@@ -80,28 +59,35 @@ def render_block(spans: list[Span], markers: ThinkMarkers, *, inside: bool, fold
             elif not fold:
                 text.append(span.text, style=f"{style} dim")
             continue
-        lo, hi = pos, pos + len(span.text)
-        pos = hi
-        if not fold:
-            a, b = max(lo, r_from), min(hi, r_to)
-            if b > a:
-                text.append(span.text[a - lo : b - lo], style=f"{style} dim")
-        if closed and hi > a_from:
+        lo, pos = pos, pos + len(span.text)
+        for segment, a, b in layout.cut(lo, pos):
+            if segment == "reasoning":
+                if not fold:
+                    text.append(span.text[a - lo : b - lo], style=f"{style} dim")
+                continue
             if not answering and not fold:
                 text.append("\n")  # where the close marker was: a line between thinking and answer
             answering = True
-            text.append(span.text[max(lo, a_from) - lo :], style=style)
+            text.append(span.text[a - lo : b - lo], style=style)
     return text
 
 
 @dataclass
+class _Block:
+    """One turn's splitter (its stats and state) and where its pieces lie in the turn's text."""
+
+    splitter: ReasoningSplitter
+    layout: Layout = field(default_factory=Layout)
+
+
+@dataclass
 class ThinkingBlocks:
-    """Per-turn reasoning state of the app (UI thread only): splitters for the stats,
-    whether each turn began inside the block, the fold switch and the next turn's mode."""
+    """Per-turn reasoning state of the app (UI thread only): each turn's splitter and the
+    layout of its pieces, the fold switch and the next turn's mode."""
 
     folded: bool = True
     mode: str = "auto"
-    _turns: dict[int, tuple[ReasoningSplitter, bool]] = field(default_factory=dict)
+    _turns: dict[int, _Block] = field(default_factory=dict)
 
     def chat_kwargs(self, session: Session) -> dict:
         """Extra Session.chat arguments for the next turn ({} in auto: nothing to pass)."""
@@ -114,27 +100,29 @@ class ThinkingBlocks:
         return self.mode
 
     def feed(self, index: int, ev: Event, session: Session | None) -> None:
+        """Run the turn's event through its splitter (the same events the transcript gets, so
+        Piece.start counts the same visible characters as the transcript's spans)."""
         markers = markers_of(session)
         if markers is None or index < 0:
             return
         if index not in self._turns:
             kwargs = self.chat_kwargs(session).get("template_kwargs")  # type: ignore[arg-type]
             inside = opens_block(session, kwargs)  # type: ignore[arg-type]
-            self._turns[index] = (ReasoningSplitter(markers, inside), inside)
-        self._turns[index][0].feed(ev)
+            self._turns[index] = _Block(ReasoningSplitter(markers, inside))
+        block = self._turns[index]
+        pieces = block.splitter.finish() if isinstance(ev, Done) else []  # the end releases held text
+        block.layout.add(pieces + block.splitter.feed(ev))
 
     def render(self, index: int, turn: Turn, session: Session | None, fallback: Text, *,
                show_rejected: bool = True) -> Text:
         """The turn's answer with its thinking block, or `fallback` when it has none."""
-        markers = markers_of(session)
-        got = self._turns.get(index)
-        if markers is None or got is None:
-            return fallback
-        splitter, inside = got
-        summary = segment_summary(splitter.stats["reasoning"], speculative=True)
-        out = render_block(turn.spans, markers, inside=inside, folded=self.folded, summary=summary,
-                           show_rejected=show_rejected)
-        return fallback if out is None else out
+        block = self._turns.get(index)
+        if markers_of(session) is None or block is None or not block.splitter.opened:
+            return fallback  # no reasoning block: the turn as written
+        sp = block.splitter
+        summary = segment_summary(sp.stats["reasoning"], speculative=True)
+        return render_block(turn.spans, block.layout, closed=sp.answering, folded=self.folded,
+                            summary=summary, show_rejected=show_rejected)
 
     def reset(self) -> None:
         self._turns.clear()
