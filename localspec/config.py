@@ -46,8 +46,11 @@ AUTO_MAX_L = 16
 SPECULATIVE = tuple(m.name for m in METHOD_TABLE.values() if m.verifier)  # K x L drafts + a verifier
 
 # who writes the drafts (`--spec-type`, llama.cpp's flag; its names are accepted too):
-# `draft` the draft model, `ngram` a lookup in the turn's own history (no model call)
-PROPOSERS = {"draft": "draft", "draft-simple": "draft", "ngram": "ngram", "ngram-simple": "ngram"}
+# `draft` the draft model, `ngram` a lookup in the turn's own history (no model call),
+# `suffix` a frequency-counted suffix structure over the whole session (no model call)
+PROPOSERS = {"draft": "draft", "draft-simple": "draft", "ngram": "ngram", "ngram-simple": "ngram",
+             "suffix": "suffix"}
+LOOKUPS = ("ngram", "suffix")  # the proposers that call no model: point-mass drafts, one continuation
 
 
 @dataclass
@@ -121,6 +124,10 @@ class GenConfig:
     spec_type: tuple[str, ...] | None = None
     ngram_min: int = 2  # shortest history n-gram a lookup matches
     ngram_max: int = 8  # longest (tried first)
+    suffix_depth: int = 24  # longest suffix the suffix proposer matches (SuffixDecoding's tree depth)
+    suffix_min_prob: float = 0.1  # it drafts a token while its estimated chance stays >= this
+    suffix_factor: float = 1.0  # and at most factor x the matched length
+    suffix_max_tokens: int = 500_000  # tokens the session's suffix store keeps (oldest documents go)
 
     @property
     def proposers(self) -> tuple[str, ...]:
@@ -163,13 +170,22 @@ class GenConfig:
             bad = [t for t in self.spec_type if t not in PROPOSERS]
             if bad or not self.spec_type:
                 raise ConfigError(f"--spec-type: {', '.join(bad) or 'empty'} is not a proposer "
-                                  f"(use draft, ngram, or both: ngram,draft)")
+                                  f"(use draft, ngram, suffix, or several: ngram,draft)")
             self.spec_type = tuple(dict.fromkeys(PROPOSERS[t] for t in self.spec_type))
-            if "ngram" in self.spec_type and self.K > 1 and not self.auto_K:
-                raise ConfigError(f"--spec-type ngram drafts one continuation: use -K 1 (got -K {self.K})")
+            lookup = next((t for t in self.spec_type if t in LOOKUPS), None)
+            if lookup and self.K > 1 and not self.auto_K:
+                raise ConfigError(f"--spec-type {lookup} drafts one continuation: use -K 1 (got -K {self.K})")
         if not 1 <= self.ngram_min <= self.ngram_max <= 64:
             raise ConfigError(f"--spec-ngram-min/--spec-ngram-max must satisfy 1 <= min <= max <= 64 "
                               f"(got {self.ngram_min}, {self.ngram_max})")
+        if not 2 <= self.suffix_depth <= 64:
+            raise ConfigError(f"--spec-suffix-depth must be in 2..64 (got {self.suffix_depth})")
+        if not 0.0 <= self.suffix_min_prob <= 1.0:
+            raise ConfigError(f"--spec-suffix-min-prob must be in [0, 1] (got {self.suffix_min_prob})")
+        if not 0.0 < self.suffix_factor < math.inf:
+            raise ConfigError(f"--spec-suffix-factor must be a number > 0 (got {self.suffix_factor})")
+        if self.suffix_max_tokens < 1024:
+            raise ConfigError(f"--spec-suffix-max-tokens must be >= 1024 (got {self.suffix_max_tokens})")
         if self.n_predict < 1:
             raise ConfigError(f"-n/--n-predict must be >= 1 (got {self.n_predict})")
         if self.draft_temp is not None and not 0.0 <= self.draft_temp < math.inf:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Literal
 
+from localspec.config import LOOKUPS
+
 # Who wrote a token the user sees.
 #   "draft":      proposed by the draft model and accepted by the verifier / judge
 #   "correction": sampled by the target after a rejection (residual distribution)
@@ -109,8 +111,24 @@ class Stats:
     # target pass, seconds per pass); (1.0, 1.0, an AR step) when it chose AR. A bench sets
     # this promise beside what it measured.
     predicted: list[tuple[float, float, float]] = field(default_factory=list)
-    lookup_drafted: int = 0  # of `drafted`: tokens a prompt lookup proposed (no model call)
-    lookup_accepted: int = 0  # ... and how many of them the target accepted
+    # of `drafted`, per proposer that calls no model ("ngram", "suffix"): (tokens it drafted,
+    # tokens the target accepted); the draft model's are the rest
+    proposed: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def lookup_drafted(self) -> int:
+        """Tokens the model-free proposers drafted (every lookup together)."""
+        return sum(d for d, _ in self.proposed.values())
+
+    @property
+    def lookup_accepted(self) -> int:
+        """... and how many of them the target accepted."""
+        return sum(a for _, a in self.proposed.values())
+
+    def record_proposed(self, source: str, drafted: int, accepted: int) -> None:
+        """Account a verification of a model-free proposer's draft."""
+        d, a = self.proposed.get(source, (0, 0))
+        self.proposed[source] = (d + drafted, a + accepted)
 
     @property
     def tok_per_s(self) -> float:
@@ -162,6 +180,10 @@ class Stats:
                                       for i in range(n)])
             elif rule == "join" and theirs not in ("", mine):
                 setattr(out, f.name, f"{mine}; {theirs}")
+            elif rule == "per-key":  # {name: (count, count)}: element-wise sums per key
+                setattr(out, f.name, {k: tuple(x + y for x, y in zip(mine.get(k, (0, 0)), theirs.get(k, (0, 0)),
+                                                                    strict=True))
+                                      for k in {**mine, **theirs}})
         return out
 
     def copy(self) -> Stats:
@@ -171,6 +193,7 @@ class Stats:
         s.position_accepts = list(self.position_accepts)
         s.position_trials = list(self.position_trials)
         s.predicted = list(self.predicted)
+        s.proposed = dict(self.proposed)
         return s
 
     def to_json(self) -> dict:
@@ -189,10 +212,12 @@ class Stats:
             "block_efficiency": self.block_efficiency,
             "drafted": self.drafted,
             "accepted_lengths": list(self.accepted_lengths),
-            # per proposer: lookup drafts (no model call) and the draft model's
-            "proposers": {"ngram": {"drafted": self.lookup_drafted, "accepted": self.lookup_accepted},
-                          "draft": {"drafted": self.drafted - self.lookup_drafted,
-                                    "accepted": sum(self.accepted_lengths) - self.lookup_accepted}},
+            # per proposer: the lookups' drafts (no model call) and the draft model's
+            "proposers": {
+                **{k: {"drafted": self.proposed.get(k, (0, 0))[0], "accepted": self.proposed.get(k, (0, 0))[1]}
+                   for k in LOOKUPS},
+                "draft": {"drafted": self.drafted - self.lookup_drafted,
+                          "accepted": sum(self.accepted_lengths) - self.lookup_accepted}},
             "draft_seconds": self.draft_seconds,
             "verify_seconds": self.verify_seconds,
             "overhead_seconds": self.overhead_seconds,
@@ -206,14 +231,15 @@ class Stats:
 # How Stats.merged joins two generations of one answer, per field: "first" keeps the first
 # generation's (what was asked: method, K, L, the prompt; the cost model's notes), "add"
 # sums counts and times and concatenates per-iteration lists, "per-position" adds the
-# per-draft-position counts, "join" lists each distinct `ran` once.
+# per-draft-position counts, "join" lists each distinct `ran` once, "per-key" adds the
+# per-proposer counts.
 MERGE: dict[str, str] = {
     "method": "first", "K": "first", "L": "first", "prompt_tokens": "first", "prompt_evaluated": "add",
     "n_tokens": "add", "iterations": "add", "target_calls": "add", "draft_calls": "add", "drafted": "add",
     "accepted_lengths": "add", "position_accepts": "per-position", "position_trials": "per-position",
     "draft_seconds": "add", "verify_seconds": "add", "overhead_seconds": "add", "prompt_seconds": "add",
     "seconds": "add", "choice_note": "first", "ran": "join", "ar_estimate": "first", "predicted": "add",
-    "lookup_drafted": "add", "lookup_accepted": "add",
+    "proposed": "per-key",
 }
 
 @dataclass(frozen=True)

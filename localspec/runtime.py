@@ -19,11 +19,12 @@ from localspec.backend import Context, Model, check_vocab_compat
 from localspec.backend.chat import ChatTemplate
 from localspec.backend.logs import configure_logging
 from localspec.backend.offload import plan_pair
-from localspec.config import METHOD_TABLE, GenConfig
+from localspec.config import LOOKUPS, METHOD_TABLE, GenConfig
 from localspec.costmodel import CostModel
 from localspec.decode.autoregressive import ar_loop
 from localspec.decode.emitter import Emitter
 from localspec.decode.state import KVState
+from localspec.decode.suffix import SuffixStore
 from localspec.decode.turn import Turn
 from localspec.errors import ConfigError, LocalspecError
 from localspec.events import Done, Event, Progress, Stats
@@ -108,6 +109,9 @@ class RuntimeSession:
         self.costs: CostModel | None = None  # filled lazily by the cost model
         self.progress: ProgressFn | None = None  # reports timing outside a generation (--explain)
         self._recalibrated = False  # --recalibrate re-times the curves once per session
+        # the suffix proposer's store: every turn's prompt and answer (in `serve`, every
+        # request's), kept across turns and resets; made on the first turn that drafts by it
+        self.suffix: SuffixStore | None = None
 
     # ------------------------------------------------------------------ Session API
     def stop(self) -> None:
@@ -256,7 +260,7 @@ class RuntimeSession:
         cfg.validate()
         if cfg.needs_draft_model and self.draft is None:
             raise ConfigError(f"--method {cfg.method} needs a draft model (--draft / -md), "
-                              "or --spec-type ngram (prompt lookup, no model)")
+                              "or --spec-type ngram or suffix (lookups, no model)")
         need = cfg.K + 1
         if cfg.method not in ("ar", "parse") and need > self.options.n_seq_max:
             raise ConfigError(f"-K/--drafts {cfg.K} needs n_seq_max >= {need} (got {self.options.n_seq_max}); lower -K")
@@ -286,7 +290,7 @@ class RuntimeSession:
     def _pick_loop(self, cfg: GenConfig) -> tuple[Loop, str, bool]:
         """The loop for cfg.method, the method it runs, and whether it decides with the cost model."""
         method = cfg.method
-        if method == "ar" or (method == "auto" and self.draft is None and "ngram" not in cfg.proposers):
+        if method == "ar" or (method == "auto" and self.draft is None and not set(LOOKUPS) & set(cfg.proposers)):
             return ar_loop, "ar", False
         if method == "auto":
             from localspec.decode.auto import auto_loop
@@ -300,6 +304,16 @@ class RuntimeSession:
         from localspec.decode.speculative import speculative_loop
 
         return speculative_loop, method, False
+
+    def _suffix_store(self, cfg: GenConfig) -> SuffixStore | None:
+        """The session's suffix store when this turn may draft by it (made once; its bound
+        follows the latest turn's --spec-suffix-max-tokens)."""
+        if "suffix" not in cfg.proposers:
+            return None
+        if self.suffix is None:
+            self.suffix = SuffixStore(cfg.suffix_max_tokens)
+        self.suffix.max_tokens = cfg.suffix_max_tokens
+        return self.suffix
 
     def _cost_model_steps(self, cfg: GenConfig) -> Generator[Progress, None, CostModel]:
         """This pair's cost model, with the acceptance estimate of this kind of sampling
@@ -376,6 +390,7 @@ class RuntimeSession:
             draft=self.draft,
             method=method,
             costs=costs,
+            suffix=self._suffix_store(cfg) if method != "ar" else None,
         )
         reason = None
         message = ""
@@ -394,6 +409,8 @@ class RuntimeSession:
                     st.repair()
             if turn.costs is not None:
                 costmodel.save(self.target.ctx, self.draft.ctx if self.draft else None, turn.costs)
+            if turn.suffix is not None:  # the answer's last tokens (after the last draft) too
+                turn.suffix.sync(self.target.committed)
             text = turn.emitter.text
             self._last = (prompt_text, list(tokens), list(turn.emitter.tokens), text)
         update = turn.tick()

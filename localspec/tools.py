@@ -110,3 +110,19 @@ def parse_probe(sess: Any) -> Any:
     from localspec.decode.parse_probe import Probe
 
     return Probe(sess)
+
+
+# ------------------------------------------------------------------ the suffix proposer
+def suffix_store(max_tokens: int) -> Any:
+    """An empty suffix store (decode/suffix.SuffixStore): `bench suffix` times the proposer
+    on it with no model, from the same pieces a session's turns run."""
+    from localspec.decode.suffix import SuffixStore
+
+    return SuffixStore(max_tokens)
+
+
+def suffix_proposer(store: Any, depth: int, min_prob: float, factor: float = 1.0) -> Any:
+    """The suffix proposer over `store` (decode/suffix.SuffixProposer)."""
+    from localspec.decode.suffix import SuffixProposer
+
+    return SuffixProposer(store, depth, min_prob, factor)

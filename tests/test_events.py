@@ -9,7 +9,7 @@ from localspec.events import MERGE, Stats
 
 def test_every_stats_field_has_a_merge_rule():
     assert set(MERGE) == {f.name for f in fields(Stats)}
-    assert set(MERGE.values()) <= {"first", "add", "per-position", "join"}
+    assert set(MERGE.values()) <= {"first", "add", "per-position", "join", "per-key"}
 
 
 def test_merge_keeps_what_was_asked_and_adds_what_was_done():

@@ -10,12 +10,12 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    b = sub.add_parser("bench", help="benchmarks: speed, ar, tables; parse and verify (own --help)",
+    b = sub.add_parser("bench", help="benchmarks: speed, ar, tables, memory, suffix; parse and verify (own --help)",
                        epilog="also `localspec bench parse --help` (PARSE accuracy and speed on HumanEval) and "
                               "`localspec bench verify --help` (verifier micro-benchmark)")
     bsub = b.add_subparsers(dest="bench_command", metavar="BENCH")
 
-    from localspec.bench import ar, memory, speed, tables
+    from localspec.bench import ar, memory, speed, suffix, tables
 
     s = bsub.add_parser("speed", help="tok/s of AR, each method and llama.cpp's speculative loop, interleaved",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -36,5 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     memory.add_args(m)
     m.set_defaults(func=memory.main)
+
+    x = bsub.add_parser("suffix", help="the suffix proposer's Python cost per iteration on a 100k-token store (no model)",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    suffix.add_args(x)
+    x.set_defaults(func=suffix.main)
 
     b.set_defaults(func=lambda a: (b.print_help(), 2)[1])

@@ -49,11 +49,21 @@ def add_gen_args(p: argparse.ArgumentParser) -> None:
                    type=lambda v: tuple(t.strip() for t in v.split(",") if t.strip()),
                    help="who drafts, tried in this order each iteration (llama.cpp's flag): draft (the draft "
                    "model, -md), ngram (a lookup in the prompt and the answer so far: no model call, pays "
-                   "on edits and quotes), or ngram,draft. Default: the draft model; auto also uses the "
-                   "lookup where the cost model says it pays, and with no -md the lookup alone")
+                   "on edits and quotes), suffix (the most frequent continuation in everything the session "
+                   "saw: every turn, every served request; no model call), or several: ngram,draft. "
+                   "Default: the draft model; auto also uses the lookups where the cost model says they "
+                   "pay, and with no -md the lookups alone")
     g.add_argument("--spec-ngram-min", type=int, default=2, metavar="N", help="shortest n-gram a lookup matches")
     g.add_argument("--spec-ngram-max", type=int, default=8, metavar="N",
                    help="longest n-gram a lookup matches (the longest match wins)")
+    g.add_argument("--spec-suffix-depth", type=int, default=24, metavar="N",
+                   help="suffix: longest suffix of the history it matches")
+    g.add_argument("--spec-suffix-min-prob", type=float, default=0.1, metavar="P",
+                   help="suffix: draft a token while its estimated chance (from the counts) stays >= P")
+    g.add_argument("--spec-suffix-factor", type=float, default=1.0, metavar="F",
+                   help="suffix: draft at most F x the matched suffix's length")
+    g.add_argument("--spec-suffix-max-tokens", type=int, default=500_000, metavar="N",
+                   help="suffix: tokens the session's store keeps (the oldest documents go first)")
     g.add_argument("-K", "--drafts", dest="K", type=int, default=None, help="drafts per iteration (default: auto/1)")
     g.add_argument("-L", "--draft-len", "--spec-draft-n-max", "--draft-max", dest="L", type=int, default=None,
                    help="max draft tokens per iteration (default: auto/8)")
@@ -115,6 +125,10 @@ def asked_of(a: argparse.Namespace) -> Asked:
         spec_type=a.spec_type,
         ngram_min=a.spec_ngram_min,
         ngram_max=a.spec_ngram_max,
+        suffix_depth=a.spec_suffix_depth,
+        suffix_min_prob=a.spec_suffix_min_prob,
+        suffix_factor=a.spec_suffix_factor,
+        suffix_max_tokens=a.spec_suffix_max_tokens,
     )
     cfg.validate()
     budget = getattr(a, "reasoning_budget", -1)

@@ -88,8 +88,9 @@ def _stats_line(st: Stats) -> str:
         parts.append(
             f"draft {st.draft_seconds:.2f}s / verify {st.verify_seconds:.2f}s / overhead {st.overhead_seconds:.2f}s"
         )
-    if st.lookup_drafted:  # which proposer wrote what (docs/proposers.md)
-        parts.append(f"lookup {st.lookup_accepted}/{st.lookup_drafted} accepted")
+    for source, (drafted, accepted) in st.proposed.items():  # which proposer wrote what (docs/proposers.md)
+        if drafted:
+            parts.append(f"{source} {accepted}/{drafted} accepted")
     parts.append(f"prompt {st.prompt_tokens} tok in {st.prompt_seconds:.2f}s")
     line = "[" + " | ".join(parts) + "]"
     if st.method == "auto" and ran == "ar" and st.choice_note:

@@ -4,12 +4,14 @@ A lookup draft (decode/lookup.py) costs no model call, but verifying L looked-up
 costs a target decode of 1 + L tokens instead of 1. With a chance alpha that each next
 token is accepted, one verification emits E = 1 + alpha + ... + alpha^L tokens, so L tokens
 pay when E / (target(1 + L) + overhead) beats 1 / target(1) by MARGIN. alpha is learned per
-matched n-gram length (a 6-token match is a better bet than a 2-token one), from every
+matched length, per proposer (a 6-token match is a better bet than a 2-token one, a suffix
+match with counts behind it another bet than an n-gram's latest copy), from every
 verification, starting from a prior that tries a lookup a few times before trusting it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from localspec.costmodel.curves import CostCurve
@@ -24,26 +26,27 @@ EXPLORE = 0.4
 
 @dataclass
 class LookupGate:
-    """Per matched n-gram length: accepted / reached draft positions (Beta counts)."""
+    """Per key -- (proposer, matched length) in decode/auto.py --: accepted / reached draft
+    positions (Beta counts)."""
 
-    accepted: dict[int, float] = field(default_factory=dict)
-    trials: dict[int, float] = field(default_factory=dict)
+    accepted: dict[Hashable, float] = field(default_factory=dict)
+    trials: dict[Hashable, float] = field(default_factory=dict)
     overhead: float = 0.001  # Python work of a lookup iteration (seconds), updated live
 
-    def alpha(self, n: int) -> float:
-        """The estimate for a matched n-gram of length n (the posterior mean)."""
+    def alpha(self, n: Hashable) -> float:
+        """The estimate for key n (the posterior mean)."""
         return (PRIOR_ACCEPTED + self.accepted.get(n, 0.0)) / (PRIOR_TRIALS + self.trials.get(n, 0.0))
 
-    def optimistic_alpha(self, n: int) -> float:
+    def optimistic_alpha(self, n: Hashable) -> float:
         """What the gate bets on: the estimate plus a bonus that shrinks with the evidence."""
         return min(0.98, self.alpha(n) + EXPLORE / (1.0 + self.trials.get(n, 0.0)) ** 0.5)
 
-    def update(self, n: int, tau: int, L: int) -> None:
-        """A verification of an L-token lookup (n-gram of length n) accepted tau tokens."""
+    def update(self, n: Hashable, tau: int, L: int) -> None:
+        """A verification of an L-token lookup (key n) accepted tau tokens."""
         self.accepted[n] = self.accepted.get(n, 0.0) + tau
         self.trials[n] = self.trials.get(n, 0.0) + min(tau + 1, L)
 
-    def best_length(self, target: CostCurve, n: int, available: int) -> tuple[int, float]:
+    def best_length(self, target: CostCurve, n: Hashable, available: int) -> tuple[int, float]:
         """(draft length that pays most, its predicted speedup over AR); (0, 1.0) when no
         length beats AR by MARGIN."""
         a, ar = self.optimistic_alpha(n), 1.0 / target(1)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from localspec.config import LOOKUPS
 from localspec.costmodel import CostModel, dynamic_length, length_cap, per_draft_length
 from localspec.costmodel.lookup import LookupGate
 from localspec.decode.autoregressive import ar_step
-from localspec.decode.lookup import LookupProposer
+from localspec.decode.lookup import ChainProposer, LookupProposer
 from localspec.decode.proposer import Proposer
-from localspec.decode.speculative import SpecSettings, spec_iteration
+from localspec.decode.speculative import SpecSettings, make_proposer, spec_iteration
+from localspec.decode.suffix import SuffixProposer
 from localspec.decode.turn import Turn
 from localspec.events import Event
 from localspec.verify import NumpyRNG
@@ -70,14 +72,19 @@ def _ran(settings: SpecSettings | None) -> str:
     return f"{settings.method} K={settings.K} L{'<=' if settings.stop is not None else '='}{settings.L}"
 
 
-def lookup_or_ar(turn: Turn, cm: CostModel, lookup: LookupProposer | None, gate: LookupGate,
+Lookup = LookupProposer | SuffixProposer | ChainProposer
+
+
+def lookup_or_ar(turn: Turn, cm: CostModel, lookup: Lookup | None, gate: LookupGate,
                  rng: NumpyRNG) -> list[Event] | None:
     """Where the draft model does not run: a lookup draft when the history has one and the
-    gate says it pays (target curve x the lookups' acceptance), else one plain step."""
+    gate says it pays (target curve x the lookups' acceptance), else one plain step. The
+    gate learns per (proposer, match length): an ngram and a suffix match of one length are
+    different bets."""
     if lookup is not None:
         trie = lookup.propose(turn.target.committed, 1, LOOKUP_MAX_L)
         if trie is not None:
-            n = lookup.matched
+            n = (trie.source, lookup.matched)
             L, _ = gate.best_length(cm.target, n, trie.L)
             if L:
                 st = SpecSettings("sd" if turn.cfg.sampling.greedy else "gbv", 1, L)
@@ -104,7 +111,8 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
     # every verification teaches both
     proposer = (Proposer(turn.draft, turn.cfg.draft_sampling(), turn.rng, learner=cm.acceptance)
                 if turn.draft is not None and "draft" in kinds else None)
-    lookup = LookupProposer(turn.cfg.ngram_min, turn.cfg.ngram_max) if "ngram" in kinds else None
+    lookups = tuple(k for k in kinds if k in LOOKUPS)
+    lookup = make_proposer(turn, lookups) if lookups else None
     if cm.lookup is None:
         cm.lookup = LookupGate()
     gate = cm.lookup
@@ -148,7 +156,8 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
                 ran.append(now)
                 turn.stats.ran = " then ".join(ran[:3]) + (" ..." if len(ran) > 3 else "")
         turn.stats.ar_estimate = cm.ar()  # the curves heal as the turn runs
-        if turn.stats.lookup_drafted and "ngram" not in turn.stats.ran:
-            turn.stats.ran += " + ngram lookups"
+        for source in turn.stats.proposed:
+            if source not in turn.stats.ran:
+                turn.stats.ran += f" + {source} lookups"
         yield from events
         yield turn.tick()

@@ -119,6 +119,11 @@ class ChainProposer:
                 return trie
         return None
 
+    @property
+    def matched(self) -> int:
+        """The match length of the lookup that drafted last (auto's gate prices by it)."""
+        return getattr(self.last, "matched", 0)
+
     def accept(self, trie: DraftTrie, k: int, tau: int, token: int) -> None:
         self.last.accept(trie, k, tau, token)
 

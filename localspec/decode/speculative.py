@@ -20,6 +20,7 @@ from localspec.decode.blocks import PAD, one_hot, verify_rows
 from localspec.decode.lookup import ChainProposer, LookupProposer
 from localspec.decode.proposer import DraftStop, DraftTrie, Proposer
 from localspec.decode.state import MAIN, KVState
+from localspec.decode.suffix import SuffixProposer
 from localspec.decode.turn import Turn
 from localspec.events import Accepted, Drafted, Event, Rejected, Written
 from localspec.sampling import SparseRow, greedy_rows, transform_row
@@ -125,9 +126,8 @@ def spec_iteration(turn: Turn, st: SpecSettings, proposer: Proposer, rng: NumpyR
     stats.target_calls += 1
     stats.draft_calls += trie.draft_calls
     stats.record(d.tau, own)
-    if trie.source == "ngram":
-        stats.lookup_drafted += own
-        stats.lookup_accepted += d.tau
+    if trie.source != "draft":
+        stats.record_proposed(trie.source, own, d.tau)
     events = _events(turn, x, d, acc, own)
     t3 = time.perf_counter()
     stats.draft_seconds += t1 - t0
@@ -152,14 +152,18 @@ def _events(turn: Turn, x: np.ndarray, d: Decision, acc: list[int], own: int) ->
     return events
 
 
-def make_proposer(turn: Turn) -> Proposer | LookupProposer | ChainProposer:
-    """The proposers --spec-type names, in its order (default: the draft model)."""
+def make_proposer(turn: Turn, kinds: tuple[str, ...] | None = None) -> Proposer | LookupProposer | ChainProposer:
+    """The proposers --spec-type names (or `kinds`), in its order (default: the draft model)."""
+    cfg = turn.cfg
     parts: list = []
-    for kind in turn.cfg.proposers:
+    for kind in cfg.proposers if kinds is None else kinds:
         if kind == "ngram":
-            parts.append(LookupProposer(turn.cfg.ngram_min, turn.cfg.ngram_max))
+            parts.append(LookupProposer(cfg.ngram_min, cfg.ngram_max))
+        elif kind == "suffix":
+            assert turn.suffix is not None, "the runtime gives a suffix turn the session's store"
+            parts.append(SuffixProposer(turn.suffix, cfg.suffix_depth, cfg.suffix_min_prob, cfg.suffix_factor))
         elif turn.draft is not None:
-            parts.append(Proposer(turn.draft, turn.cfg.draft_sampling(), turn.rng))
+            parts.append(Proposer(turn.draft, cfg.draft_sampling(), turn.rng))
     assert parts, "a speculative method with no proposer (the runtime checks for a draft)"
     return parts[0] if len(parts) == 1 else ChainProposer(parts)
 

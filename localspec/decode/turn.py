@@ -12,6 +12,7 @@ from localspec.config import GenConfig
 from localspec.costmodel import CostModel
 from localspec.decode.emitter import Emitter
 from localspec.decode.state import KVState
+from localspec.decode.suffix import SuffixStore
 from localspec.events import Stats, StatsUpdate
 from localspec.stopflag import StopFlag
 
@@ -22,7 +23,8 @@ class Turn:
 
     method: the loop that runs (cfg.method unless the runtime resolved it, e.g. auto with
     no draft runs "ar"); costs: the cost model `auto` (and PARSE's auto finish) decide
-    with, None for fixed settings. Loops report through `stats` and events only.
+    with, None for fixed settings; suffix: the session's store (decode/suffix.py), which
+    outlives the turn. Loops report through `stats` and events only.
     """
 
     target_model: Model
@@ -36,6 +38,7 @@ class Turn:
     draft: KVState | None = None
     method: str = ""
     costs: CostModel | None = None
+    suffix: SuffixStore | None = None  # the session's suffix store, when a suffix proposer may run
     t_start: float = field(default_factory=time.perf_counter)
 
     def __post_init__(self) -> None:
