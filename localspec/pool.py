@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from localspec.backend.slots import Rounds, SlotContext
+from localspec.costmodel.inround import InRound
 from localspec.decode.state import KVState
 from localspec.errors import ConfigError
 from localspec.runtime import RuntimeSession, open_session
@@ -54,9 +55,18 @@ class Pool:
         self.share_costs()
 
     def share_costs(self) -> None:
-        """Hand the base session's cost model (timed on the full contexts) to every slot."""
-        for s in self.slots:
-            s.costs = self.base.costs
+        """Hand the base session's cost model (timed on the full contexts) to every slot,
+        each seeing the curves through InRound: a slot's block is priced by what it adds
+        to the round the other slots fill (acceptance, healing and the cache stay shared)."""
+        cm = self.base.costs
+        for i, s in enumerate(self.slots):
+            if cm is None:
+                s.costs = None
+                continue
+            t, d = s.target.ctx, s.draft.ctx if s.draft else None
+            s.costs = replace(cm, target=InRound(cm.target, lambda i=i, c=t.real: self.rounds.others(i, c)),
+                              draft=cm.draft if d is None else
+                              InRound(cm.draft, lambda i=i, c=d.real: self.rounds.others(i, c)))
 
     @contextmanager
     def active(self, slot: int) -> Iterator[None]:

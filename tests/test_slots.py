@@ -229,3 +229,59 @@ def test_pool_slots_write_the_targets_own_tokens_in_joined_decodes(smollm2_q8_pa
             solo.clear()
     finally:
         solo.close()
+
+
+# --- pricing a slot's block inside a shared round ---------------------------------------------
+
+
+def test_in_round_prices_what_a_slot_adds_and_auto_sees_it():
+    """A CPU-like curve (memory-bound to ~8 tokens, then compute-bound): alone, a good draft
+    pays; in a round that other slots already fill with 48 tokens, each extra token costs
+    its full compute share, so AR (which adds 1) wins and auto must pick it."""
+    from dataclasses import replace
+
+    from localspec.config import GenConfig, SamplingConfig
+    from localspec.costmodel import CostModel
+    from localspec.costmodel.acceptance import Acceptance
+    from localspec.costmodel.curves import CostCurve
+    from localspec.costmodel.inround import InRound
+
+    sizes = [1, 2, 4, 8, 16, 32, 64, 128]
+    target = CostCurve(sizes, [0.050 + 0.002 * min(n, 8) + 0.006 * max(0, n - 8) for n in sizes])
+    draft = CostCurve(sizes, [0.004 * n for n in sizes])
+    cm = CostModel(target, draft, acceptance=Acceptance(prior=0.7))
+    cfg = GenConfig(method="auto", auto_L=True, sampling=SamplingConfig(temp=0.0))
+    alone, _ = cm.choose(cfg)
+    others = {"n": 48.0}
+    shared = replace(cm, target=InRound(target, lambda: others["n"]), draft=draft)
+    assert shared.target(1) == pytest.approx(target(49) - target(48))
+    in_round, _ = shared.choose(cfg)
+    assert alone is not None and in_round is None
+    others["n"] = 0.0  # the others left: the curve is the lone one again
+    assert shared.choose(cfg)[0] == alone
+    shared.target.dirty = True  # healing and saving act on the one shared curve
+    assert target.dirty
+
+
+def test_rounds_learn_what_the_other_slots_add():
+    real, rounds, (a, b) = _slots(2)
+    go = threading.Barrier(2)
+
+    def run(sc: SlotContext, n: int) -> None:
+        with rounds.active(sc.index):
+            go.wait()
+            for _ in range(6):
+                sc.batch.clear().add_sequence(list(range(n)), 0, 0)
+                sc.decode()
+            go.wait()  # both still active when asked
+            seen[sc.index] = rounds.others(sc.index, real)
+            go.wait()
+
+    seen: dict[int, float] = {}
+    threads = [threading.Thread(target=run, args=(a, 3)), threading.Thread(target=run, args=(b, 10))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert seen[0] == pytest.approx(10, rel=0.15) and seen[1] == pytest.approx(3, rel=0.15)
+    assert rounds.others(0, real) == 0.0  # nobody else active now

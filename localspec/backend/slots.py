@@ -81,6 +81,16 @@ class Rounds:
         self.rounds = 0  # rounds fired (tests, /slots)
         self.decodes = 0  # llama_decode calls made for them
         self.tokens = 0  # tokens they evaluated
+        # per (slot, real context): a running mean of the tokens the OTHER slots put in the
+        # rounds this slot decoded in (what the cost model prices a slot's block on top of)
+        self._others: dict[tuple[int, int], float] = {}
+
+    def others(self, slot: int, real: object) -> float:
+        """Tokens the other slots are expected to add to this slot's next decode on `real`
+        (0 while it is the only active slot: nothing to share the round with)."""
+        if len(self._active - {slot}) == 0:
+            return 0.0
+        return self._others.get((slot, id(real)), 0.0)
 
     @contextmanager
     def active(self, slot: int) -> Iterator[None]:
@@ -148,6 +158,8 @@ class Rounds:
         for sc in scs:
             sc.n_decodes += 1
             sc.n_evaluated += sc.pending.n
+            key = (sc.index, id(real))
+            self._others[key] = 0.7 * self._others.get(key, 0.0) + 0.3 * (b.n - sc.pending.n)
 
 
 class SlotContext:
