@@ -79,7 +79,7 @@ def resolve(asked: Asked, session: Session, target: str | None) -> Settings:
     thinking = None if markers_of(session) is None else asked.reasoning != "off"
     rec = resolve_for(session, target, asked.typed, thinking)
     cfg = replace(asked.cfg, sampling=rec.sampling, stop=list(asked.cfg.stop))
-    cfg.validate()  # the card's values too (a GGUF may carry any number)
+    cfg.sampling.validate()  # the card's values (a GGUF may carry any number); the rest was checked in Asked
     kwargs = thinking_kwargs(session, asked.reasoning) or None
     return Settings(cfg, rec, kwargs, asked.budget)
 
