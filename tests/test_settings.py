@@ -90,3 +90,43 @@ def test_the_timing_batch_is_the_cost_model_s_largest():
     from localspec.costmodel.curves import BATCH_SIZES, QUICK_SIZES
 
     assert COST_TIMING_TOKENS == max(BATCH_SIZES) == max(QUICK_SIZES)
+
+
+def test_run_walks_down_once_sampling_decided_once_nothing_written_in_place(smollm2_path, monkeypatch, capsys):
+    """`localspec run --explain`: the model's card is consulted once and no settings object
+    (GenConfig, SamplingConfig, SessionOptions) has a field written after it is built (before
+    localspec/settings.py: the card twice, six fields overwritten in place)."""
+    import localspec.sampling_defaults as sd
+    from localspec import config, session
+    from localspec.cli.main import main
+
+    calls = {"card": 0}
+    writes: list[str] = []
+    real = sd.resolve_for
+
+    def counted(*a, **k):
+        calls["card"] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(sd, "resolve_for", counted)
+    monkeypatch.setattr("localspec.settings.resolve_for", counted)
+    built: set[int] = set()
+    for cls in (config.GenConfig, config.SamplingConfig, session.SessionOptions):
+        init = cls.__init__
+
+        def __init__(self, *a, _init=init, **k):
+            _init(self, *a, **k)
+            built.add(id(self))
+
+        def __setattr__(self, name, value):
+            if id(self) in built:
+                writes.append(f"{type(self).__name__}.{name}")
+            object.__setattr__(self, name, value)
+
+        monkeypatch.setattr(cls, "__init__", __init__)
+        monkeypatch.setattr(cls, "__setattr__", __setattr__)
+    rc = main(["run", "-m", str(smollm2_path), "--method", "ar", "-n", "3", "-p", "hi", "--explain",
+               "-t", "0", "--stop", "zz"])
+    assert rc == 0
+    assert calls["card"] == 1 and writes == []
+    assert "in force: sampling" in capsys.readouterr().err
