@@ -35,6 +35,7 @@ METHOD_TABLE: dict[str, Method] = {m.name: m for m in (
     Method("spectr-gbv", True, False, True, min_K=2, one_state=False,
            summary="SpecTr-GBV as published (not lossless; for reproduction)"),
     Method("mdbv", True, True, True, summary="multi-draft block verification"),
+    Method("rrs", True, True, True, summary="recursive rejection, each draft its own q (stacked proposers)"),
     Method("parse", True, False, False, one_state=False, summary="the target judges a drafted answer in one pass"),
 )}
 METHODS = tuple(METHOD_TABLE)
@@ -51,6 +52,26 @@ SPECULATIVE = tuple(m.name for m in METHOD_TABLE.values() if m.verifier)  # K x 
 PROPOSERS = {"draft": "draft", "draft-simple": "draft", "ngram": "ngram", "ngram-simple": "ngram",
              "suffix": "suffix"}
 LOOKUPS = ("ngram", "suffix")  # the proposers that call no model: point-mass drafts, one continuation
+
+
+def _spec_types(given: tuple[str, ...]) -> tuple[str, ...]:
+    """--spec-type's items in our names: a chain `a,b` (the first that drafts), a stack
+    `lookup+draft` (both in one trie). Raises ConfigError naming what is wrong."""
+    out = []
+    for item in given:
+        parts = [t.strip() for t in item.split("+")]
+        bad = [t for t in parts if t not in PROPOSERS]
+        if bad or not parts or not item:
+            raise ConfigError(f"--spec-type: {', '.join(bad) or 'empty'} is not a proposer (use draft, ngram, "
+                              "suffix; several in order: ngram,draft; stacked in one trie: ngram+draft)")
+        names = [PROPOSERS[t] for t in parts]
+        if len(names) > 1 and (len(names) != 2 or "draft" not in names or len(set(names) & set(LOOKUPS)) != 1):
+            raise ConfigError(f"--spec-type {item}: a stack is one lookup and the draft model "
+                              "(ngram+draft or suffix+draft)")
+        out.append("+".join(sorted(names, key=lambda n: n == "draft")))  # the lookup first
+    if not out:
+        raise ConfigError("--spec-type is empty: use draft, ngram, suffix, ngram,draft or ngram+draft")
+    return tuple(dict.fromkeys(out))
 
 
 @dataclass
@@ -138,9 +159,20 @@ class GenConfig:
         return ("ngram", "draft") if self.method == "auto" else ("draft",)
 
     @property
+    def kinds(self) -> frozenset[str]:
+        """Every proposer named, stacked ones ("ngram+draft") split into their parts."""
+        return frozenset(k for t in self.proposers for k in t.split("+"))
+
+    @property
+    def stacked(self) -> bool:
+        """A lookup and the draft model drafting into ONE trie (`--spec-type ngram+draft`):
+        one more draft per iteration than -K, verified by rrs (each draft its own q)."""
+        return any("+" in t for t in self.proposers)
+
+    @property
     def needs_draft_model(self) -> bool:
         """Whether this config cannot run without -md (auto never needs one)."""
-        return self.method != "auto" and METHOD_TABLE[self.method].needs_draft and "draft" in self.proposers
+        return self.method != "auto" and METHOD_TABLE[self.method].needs_draft and "draft" in self.kinds
 
     def draft_sampling(self) -> SamplingConfig:
         """The draft's transform: the target's, at --draft-temp when given.
@@ -167,14 +199,14 @@ class GenConfig:
         if self.L < 1:
             raise ConfigError(f"-L/--draft-len must be >= 1 (got {self.L})")
         if self.spec_type is not None:
-            bad = [t for t in self.spec_type if t not in PROPOSERS]
-            if bad or not self.spec_type:
-                raise ConfigError(f"--spec-type: {', '.join(bad) or 'empty'} is not a proposer "
-                                  f"(use draft, ngram, suffix, or several: ngram,draft)")
-            self.spec_type = tuple(dict.fromkeys(PROPOSERS[t] for t in self.spec_type))
+            self.spec_type = _spec_types(self.spec_type)
+            if self.stacked and not METHOD_TABLE[self.method].lossless:
+                raise ConfigError(f"--spec-type {'+'.join(sorted(self.kinds))} stacks drafts from different "
+                                  f"proposers, which only rrs verifies exactly; --method {self.method} cannot")
             lookup = next((t for t in self.spec_type if t in LOOKUPS), None)
             if lookup and self.K > 1 and not self.auto_K:
-                raise ConfigError(f"--spec-type {lookup} drafts one continuation: use -K 1 (got -K {self.K})")
+                raise ConfigError(f"--spec-type {lookup} drafts one continuation: use -K 1 (got -K {self.K}), "
+                                  f"or stack it beside K model drafts: --spec-type {lookup}+draft")
         if not 1 <= self.ngram_min <= self.ngram_max <= 64:
             raise ConfigError(f"--spec-ngram-min/--spec-ngram-max must satisfy 1 <= min <= max <= 64 "
                               f"(got {self.ngram_min}, {self.ngram_max})")

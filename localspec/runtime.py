@@ -261,10 +261,10 @@ class RuntimeSession:
         if cfg.needs_draft_model and self.draft is None:
             raise ConfigError(f"--method {cfg.method} needs a draft model (--draft / -md), "
                               "or --spec-type ngram or suffix (lookups, no model)")
-        need = cfg.K + 1
+        need = cfg.K + cfg.stacked + 1
         if cfg.method not in ("ar", "parse") and need > self.options.n_seq_max:
             raise ConfigError(f"-K/--drafts {cfg.K} needs n_seq_max >= {need} (got {self.options.n_seq_max}); lower -K")
-        if cfg.method not in ("ar", "parse") and cfg.K * cfg.L + 2 > self.options.n_batch:
+        if cfg.method not in ("ar", "parse") and (cfg.K + cfg.stacked) * cfg.L + 2 > self.options.n_batch:
             raise ConfigError(
                 f"-K/--drafts {cfg.K} x -L/--draft-len {cfg.L} = {cfg.K * cfg.L} draft tokens do not fit "
                 f"in one batch of {self.options.n_batch} (--batch); lower -K or -L"
@@ -281,7 +281,7 @@ class RuntimeSession:
         ok = [m.name for m in METHOD_TABLE.values() if m.one_state and m.name != "ar"]
         works = f"use one draft (-K 1) with --method {', '.join(ok[:-1])} or {ok[-1]}, or --method ar"
         spec = METHOD_TABLE[cfg.method]
-        if not spec.one_state or (cfg.K > 1 and not cfg.auto_K):
+        if not spec.one_state or cfg.stacked or (cfg.K > 1 and not cfg.auto_K):
             what = f"--method {cfg.method}" + (f" -K {cfg.K}" if spec.verifier else "")
             raise ConfigError(f"{what} is not possible on {name}: it keeps a recurrent state "
                               f"({memory.value} memory), which several drafts cannot share; {works}")
@@ -290,7 +290,7 @@ class RuntimeSession:
     def _pick_loop(self, cfg: GenConfig) -> tuple[Loop, str, bool]:
         """The loop for cfg.method, the method it runs, and whether it decides with the cost model."""
         method = cfg.method
-        if method == "ar" or (method == "auto" and self.draft is None and not set(LOOKUPS) & set(cfg.proposers)):
+        if method == "ar" or (method == "auto" and self.draft is None and not set(LOOKUPS) & cfg.kinds):
             return ar_loop, "ar", False
         if method == "auto":
             from localspec.decode.auto import auto_loop
@@ -308,7 +308,7 @@ class RuntimeSession:
     def _suffix_store(self, cfg: GenConfig) -> SuffixStore | None:
         """The session's suffix store when this turn may draft by it (made once; its bound
         follows the latest turn's --spec-suffix-max-tokens)."""
-        if "suffix" not in cfg.proposers:
+        if "suffix" not in cfg.kinds:
             return None
         if self.suffix is None:
             self.suffix = SuffixStore(cfg.suffix_max_tokens)

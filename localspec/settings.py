@@ -94,7 +94,7 @@ def batch_minimum(cfg: GenConfig, n_seq_max: int, has_draft: bool = True,
     the larger need of sampling; default: cfg.sampling's.
     """
     needs = [(n_seq_max, f"llama.cpp reserves one output row per sequence and each context holds {n_seq_max}")]
-    K, L, pcfg = cfg.K, cfg.L, cfg.parse
+    K, L, pcfg = cfg.K + cfg.stacked, cfg.L, cfg.parse  # a stack adds the lookup's draft
     spec_finish = cfg.method == "parse" and pcfg.resume == "spec"
     if cfg.method in SPECULATIVE or (spec_finish and not cfg.auto_L):
         needs.append((K * L + 2, f"-K {K} x -L {L} draft tokens + 2 are verified in one target batch"))
@@ -123,8 +123,8 @@ def check(opts: SessionOptions, asked: Asked, *, has_draft: bool) -> tuple[Sessi
     if cfg.needs_draft_model and not has_draft:
         raise ConfigError(f"--method {cfg.method} needs a draft model (--draft / -md), "
                           "or --spec-type ngram (prompt lookup, no model)")
-    if cfg.method in SPECULATIVE and cfg.K + 1 > opts.n_seq_max:
-        raise ConfigError(f"-K/--drafts {cfg.K} is too many: at most {opts.n_seq_max - 1} drafts "
+    if cfg.method in SPECULATIVE and cfg.K + cfg.stacked + 1 > opts.n_seq_max:
+        raise ConfigError(f"-K/--drafts {cfg.K} is too many: at most {opts.n_seq_max - 1 - cfg.stacked} drafts "
                           f"(each needs its own sequence besides the main one)")
     need, why = batch_minimum(cfg, opts.n_seq_max, has_draft, greedy=asked.greedy)
     method = f"--method {cfg.method}"

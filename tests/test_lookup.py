@@ -155,6 +155,34 @@ def test_lookup_chained_before_the_draft_model_gives_ar_text(smol):
     assert j["ngram"]["drafted"] == st.lookup_drafted and j["draft"]["drafted"] == st.drafted - st.lookup_drafted
 
 
+def test_a_stack_is_one_lookup_and_the_draft_model():
+    cfg = GenConfig(method="sd", K=2, spec_type=("draft+ngram-simple",))
+    cfg.validate()
+    assert cfg.spec_type == ("ngram+draft",) and cfg.stacked and cfg.kinds == {"ngram", "draft"}
+    assert cfg.needs_draft_model
+    for bad in (("ngram+suffix",), ("draft+draft",), ("ngram+draft+suffix",)):
+        with pytest.raises(ConfigError, match="a stack is one lookup and the draft model"):
+            GenConfig(spec_type=bad).validate()
+    with pytest.raises(ConfigError, match="only rrs verifies exactly"):
+        GenConfig(method="spectr-gbv", K=2, spec_type=("ngram+draft",)).validate()
+    with pytest.raises(ConfigError, match="ngram\\+draft"):  # the error names the stack as the way out
+        GenConfig(method="mdbv", K=2, spec_type=("ngram",)).validate()
+
+
+@pytest.mark.parametrize("method,K", [("sd", 1), ("mdbv", 2)])
+def test_stacked_lookup_and_draft_in_one_pass_give_ar_text(smol, method, K):
+    """--spec-type ngram+draft: the lookup's draft and the model's K drafts are scored in ONE
+    target decode per iteration (fewer target calls than either alone needs) and verified by
+    rrs; at T = 0 the text is AR's."""
+    s, ref = smol
+    done = list(s.generate(EDIT, greedy(method, K=K, L=5, spec_type=("ngram+draft",))))[-1]
+    st = done.stats
+    assert done.text == ref.text
+    assert st.proposed["ngram"][0] > 0 and st.draft_calls > 0  # both drafted
+    assert st.proposed["ngram"][1] > 0  # and the lookup's draft won some iterations
+    assert st.target_calls == st.iterations < st.n_tokens  # one target pass per iteration
+
+
 def test_auto_without_a_draft_model_uses_lookups_where_the_gate_says_they_pay(smollm2_path, monkeypatch, tmp_path):
     """No -md: auto prices lookups with the target's curve; under a curve where verifying
     more tokens is nearly free (a GPU's, a big memory-bound target's) it drafts by lookup,
@@ -242,3 +270,51 @@ def test_lookup_chained_with_the_draft_keeps_the_target_law(smollm2_path, smollm
         pairs.append((got[0], got[1] if len(got) > 1 else EOG))  # stopped at the end of its turn
     assert looked_up > 1000  # the lookup drafted in most generations
     assert chi2_pvalue(pairs, law) > 1e-3
+
+
+@pytest.mark.slow
+def test_stacked_lookup_and_draft_keep_the_target_law(smollm2_path, smollm2_q4_0_path):
+    """chi-square on the first two tokens at T = 1 with `--spec-type ngram+draft`: the
+    lookup's point mass (the earlier answer) and the draft model's sample in one trie,
+    verified by rrs (each draft its own q)."""
+    from tests.support.helpers import session
+    from tests.test_lossless_real import chi2_pvalue
+
+    sampling = SamplingConfig(temp=1.0, top_k=6, top_p=1.0, min_p=0.0)
+    history = [{"role": "user", "content": "Say a color."}, {"role": "assistant", "content": "Blue."},
+               {"role": "user", "content": "Say a color."}]
+    s = session(smollm2_path, smollm2_q4_0_path)
+    law = _two_token_law(s, history, sampling)
+    pairs, stacked = [], 0
+    for seed in range(2000):
+        cfg = GenConfig(method="sd", K=1, L=2, n_predict=2, seed=seed, sampling=sampling, dynamic_draft=False,
+                        spec_type=("ngram+draft",))
+        done = list(s.generate(history, cfg))[-1]
+        stacked += done.stats.proposed.get("ngram", (0, 0))[0] > 0
+        got = s.last_tokens[:2]
+        pairs.append((got[0], got[1] if len(got) > 1 else EOG))
+    assert stacked > 1000  # the lookup's draft sat beside the model's in most generations
+    assert chi2_pvalue(pairs, law) > 1e-3
+
+
+def _two_token_law(s, history, sampling) -> dict:
+    """The target's exact law of its first two tokens after `history` (EOG for a stop)."""
+    from localspec.backend import Context
+    from localspec.sampling import transform_row
+
+    toks = s._prompt_tokens(s.render(history))
+    ctx = Context(s.target_model, n_ctx=512, n_batch=512, n_seq_max=1, threads=1)
+    row = ctx.batch.clear().add_sequence(toks, 0, 0, True)
+    ctx.decode()
+    first = transform_row(np.array(ctx.logits(row)), sampling)
+    law: dict = {}
+    for t1, p1 in zip(first.ids.tolist(), first.probs.tolist(), strict=True):
+        r = ctx.batch.clear().add(t1, len(toks), 0, True)
+        ctx.decode()
+        second = transform_row(ctx.logits(r), sampling)
+        for t2, p2 in zip(second.ids.tolist(), second.probs.tolist(), strict=True):
+            key = (t1, EOG if s.target_model.is_eog(t2) else t2)
+            law[key] = law.get(key, 0.0) + p1 * p2
+        ctx.seq_rm(0, len(toks), -1)
+    ctx.close()
+    return law

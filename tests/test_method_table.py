@@ -23,10 +23,12 @@ def test_the_cli_offers_exactly_the_table():
     assert tuple(method.choices) == METHODS
 
 
-def test_the_bench_tables_run_every_verifier():
+def test_the_bench_tables_run_every_verifier_of_the_papers():
+    """bench tables reproduces the papers' tables; rrs (ours, for stacked proposers) is
+    measured by bench speed instead."""
     from localspec.bench import tables
 
-    assert set(tables.METHODS) == set(SPECULATIVE)
+    assert set(tables.METHODS) == set(SPECULATIVE) - {"rrs"}
 
 
 @pytest.mark.parametrize("name", METHODS)

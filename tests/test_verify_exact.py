@@ -17,7 +17,7 @@ import pytest
 from localspec.verify import VERIFIERS, Decision
 from tests.support import exact as E
 
-LOSSLESS = ("sd", "gbv", "spectr", "mdbv")
+LOSSLESS = ("sd", "gbv", "spectr", "mdbv", "rrs")
 TOY_T, TOY_D = E.const_model([1 / 3, 2 / 3]), E.const_model([2 / 3, 1 / 3])
 
 
@@ -319,3 +319,52 @@ def test_per_draft_lengths_padded_with_an_impossible_token_stay_exact(name: str)
         lw2 = E.step_law(VERIFIERS[name], other_filler, drf_pad, V1, case.L, case.K)
         assert max(abs(lw.get(z, 0.0) - lw2.get(z, 0.0)) for z in set(lw) | set(lw2)) < 1e-12
     assert worst < 1e-10
+
+
+# -- stacked proposers: drafts from DIFFERENT distributions in one trie ---------------------
+# (decode/stack.py: a lookup's point mass beside the draft model's samples). Only rrs reads
+# each draft's own q; spectr/mdbv assume i.i.d. drafts and are shown NOT to be exact here.
+MIXES = [
+    # (V, L, [kinds of the K drafts], lengths)
+    (2, 2, ["point", "dir"], None), (3, 2, ["point", "dir"], None), (2, 3, ["point", "dir"], None),
+    (3, 1, ["point", "dir", "dir"], None), (2, 2, ["point", "dir", "dir"], None),
+    (3, 2, ["dir", "point"], None), (2, 2, ["point", "point"], None), (3, 1, ["point"], None),
+    (2, 3, ["point", "dir"], [3, 1]), (3, 2, ["point", "dir"], [1, 2]), (2, 3, ["point", "dir", "dir"], [2, 3, 1]),
+    (3, 2, ["dir", "dir2"], None),  # two sampled drafts from two different models
+]
+
+
+def _mix_models(V: int, L: int, kinds: list[str], seed: int) -> tuple[E.Model, list[E.Model]]:
+    g = np.random.default_rng(seed)
+    tgt = E.dirichlet_model(V, L, g, 1.0)
+    drf = E.dirichlet_model(V, L, g, 1.0)
+    other = E.dirichlet_model(V, L, g, 0.5)
+    return tgt, [{"point": E.onehot_model(V, L, g), "dir": drf, "dir2": other}[k] for k in kinds]
+
+
+@pytest.mark.parametrize("i", range(len(MIXES)), ids=lambda i: f"V{MIXES[i][0]}L{MIXES[i][1]}-{'+'.join(MIXES[i][2])}"
+                         + (f"-len{MIXES[i][3]}" if MIXES[i][3] else ""))
+def test_rrs_is_lossless_for_mixed_proposers(i: int) -> None:
+    V, L, kinds, lengths = MIXES[i]
+    tgt, drafts = _mix_models(V, L, kinds, 77 + i)
+    lw = E.mixed_step_law(VERIFIERS["rrs"], tgt, drafts, V, L, lengths)
+    assert abs(sum(lw.values()) - 1.0) < 1e-12
+    assert E.strict_error(lw, tgt, V, L) < 1e-10
+    assert E.completability_excess(lw, tgt, V, L) < 1e-10
+
+
+def test_iid_rules_are_not_exact_for_mixed_proposers() -> None:
+    """Why rrs exists: spectr reads q off the first alive draft, wrong once drafts differ
+    (mdbv's selection assumes one q as well; the engine never hands either a stacked trie)."""
+    V, L = 3, 2
+    tgt, drafts = _mix_models(V, L, ["point", "dir"], 78)
+    lw = E.mixed_step_law(VERIFIERS["spectr"], tgt, drafts, V, L)
+    assert E.strict_error(lw, tgt, V, L) > 1e-4
+
+
+def test_rrs_with_one_shared_q_gains_from_every_draft() -> None:
+    """rrs on K i.i.d. drafts is exact too (the main CASES) and accepts more as K grows."""
+    case = Case("dir1.0", 3, 2, 1, 0)
+    taus = [etau("rrs", replace(case, K=K)) for K in (1, 2, 3)]
+    assert taus[0] == pytest.approx(etau("sd", case), abs=1e-12)  # K = 1: it is sd
+    assert taus[0] < taus[1] < taus[2]

@@ -10,7 +10,7 @@ import pytest
 from localspec.verify import VERIFIERS, Decision, decide_from_argmax, is_one_hot
 from tests.support import exact as E
 
-MODES = {"sd": "first", "gbv": "first", "spectr": "tree", "spectr-gbv": "tree", "mdbv": "mdbv"}
+MODES = {"sd": "first", "gbv": "first", "spectr": "tree", "spectr-gbv": "tree", "mdbv": "mdbv", "rrs": "tree"}
 
 
 class NoRandomness:

@@ -50,7 +50,9 @@ def add_gen_args(p: argparse.ArgumentParser) -> None:
                    help="who drafts, tried in this order each iteration (llama.cpp's flag): draft (the draft "
                    "model, -md), ngram (a lookup in the prompt and the answer so far: no model call, pays "
                    "on edits and quotes), suffix (the most frequent continuation in everything the session "
-                   "saw: every turn, every served request; no model call), or several: ngram,draft. "
+                   "saw: every turn, every served request; no model call), or several: ngram,draft (the first "
+                   "that drafts), ngram+draft (stacked: the lookup's draft beside -K model drafts in ONE "
+                   "target pass, verified by rrs). "
                    "Default: the draft model; auto also uses the lookups where the cost model says they "
                    "pay, and with no -md the lookups alone")
     g.add_argument("--spec-ngram-min", type=int, default=2, metavar="N", help="shortest n-gram a lookup matches")

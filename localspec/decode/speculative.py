@@ -19,6 +19,7 @@ from localspec.decode.autoregressive import target_step
 from localspec.decode.blocks import PAD, one_hot, verify_rows
 from localspec.decode.lookup import ChainProposer, LookupProposer
 from localspec.decode.proposer import DraftStop, DraftTrie, Proposer
+from localspec.decode.stack import STACK, StackProposer
 from localspec.decode.state import MAIN, KVState
 from localspec.decode.suffix import SuffixProposer
 from localspec.decode.turn import Turn
@@ -100,7 +101,8 @@ def spec_iteration(turn: Turn, st: SpecSettings, proposer: Proposer, rng: NumpyR
     tgt, dft = turn.target, proposer.draft
     L = min(st.L, emitter.remaining + 1)
     room = tgt.ctx.n_ctx - max(tgt.n_past + len(tgt.pending), dft.n_past + len(dft.pending) if dft else 0)
-    L = min(L, (room - 1) // max(st.K, 1))
+    stacked = isinstance(proposer, StackProposer)
+    L = min(L, (room - 1) // (max(st.K, 1) + stacked))  # a stack adds the lookup's draft
     if L < 1:
         return None
     t0 = time.perf_counter()
@@ -117,7 +119,8 @@ def spec_iteration(turn: Turn, st: SpecSettings, proposer: Proposer, rng: NumpyR
     rows, lane = score(tgt, trie)
     t2 = time.perf_counter()
     x = trie.tokens()
-    d = verify_block(turn, trie, x, rows, st.method, rng)
+    # drafts from different proposers: only rrs reads each draft's own q (decode/stack.py)
+    d = verify_block(turn, trie, x, rows, "rrs" if trie.source == STACK else st.method, rng)
     own = trie.length(d.k)
     acc = [int(t) for t in x[d.k, : d.tau]]
     tgt.commit(acc, d.token, seq=d.k + 1 if lane is None else lane)
@@ -126,7 +129,10 @@ def spec_iteration(turn: Turn, st: SpecSettings, proposer: Proposer, rng: NumpyR
     stats.target_calls += 1
     stats.draft_calls += trie.draft_calls
     stats.record(d.tau, own)
-    if trie.source != "draft":
+    if trie.source == STACK:  # the lookup's draft 0 beside the model's: count the lookup's
+        lookup = proposer.lookup_source
+        stats.record_proposed(lookup, trie.length(0), d.tau if d.k == 0 else 0)
+    elif trie.source != "draft":
         stats.record_proposed(trie.source, own, d.tau)
     events = _events(turn, x, d, acc, own)
     t3 = time.perf_counter()
@@ -157,7 +163,10 @@ def make_proposer(turn: Turn, kinds: tuple[str, ...] | None = None) -> Proposer 
     cfg = turn.cfg
     parts: list = []
     for kind in cfg.proposers if kinds is None else kinds:
-        if kind == "ngram":
+        if "+" in kind:  # a stack: the lookup and the draft model in one trie
+            lookup, model = make_proposer(turn, (kind.split("+")[0],)), make_proposer(turn, ("draft",))
+            parts.append(StackProposer(lookup, model, kind.split("+")[0]))
+        elif kind == "ngram":
             parts.append(LookupProposer(cfg.ngram_min, cfg.ngram_max))
         elif kind == "suffix":
             assert turn.suffix is not None, "the runtime gives a suffix turn the session's store"

@@ -170,7 +170,7 @@ def _fits(body: Mapping[str, object], cfg: GenConfig, limits: Limits) -> None:
     """Per-request K / L must fit the contexts the server made (llama.cpp aborts otherwise)."""
     if "speculative" not in body and not any(k in body for k in _FLAT_SPEC):
         return
-    if cfg.method in SPECULATIVE and cfg.K + 1 > limits.n_seq_max:
+    if cfg.method in SPECULATIVE and cfg.K + cfg.stacked + 1 > limits.n_seq_max:
         raise invalid("speculative.K", f"'speculative.K' {cfg.K} is too many: at most {limits.n_seq_max - 1} "
                       "drafts (each needs its own sequence besides the main one)")
     need, why = batch_minimum(cfg, limits.n_seq_max)

@@ -15,6 +15,7 @@ path, see `greedy`).
 | gbv          | 1      | yes      | block verification, optimal for one draft               |
 | spectr       | K      | yes      | SpecTr K-SEQ over the draft tree                         |
 | mdbv         | K      | yes      | select a draft, block-verify it; >= spectr, = gbv at K=1 |
+| rrs          | K      | yes      | recursive rejection, each draft its own q (mixed proposers) |
 | spectr-gbv   | K >= 2 | NO       | published rule, for reproduction (K=1: exact only with  |
 |              |        |          | Algorithm 2, tests/support/algorithm2.py; the engine offers gbv) |
 """
@@ -28,6 +29,7 @@ from localspec.verify.gbv import gbv
 from localspec.verify.greedy import decide_from_argmax, is_one_hot
 from localspec.verify.mdbv import mdbv
 from localspec.verify.rng import RNG, NumpyRNG
+from localspec.verify.rrs import rrs
 from localspec.verify.sd import sd
 from localspec.verify.spectr import spectr
 from localspec.verify.spectr_gbv import spectr_gbv
@@ -40,10 +42,11 @@ VERIFIERS: dict[str, Verifier] = {
     "spectr": spectr,
     "spectr-gbv": spectr_gbv,
     "mdbv": mdbv,
+    "rrs": rrs,
 }
 
 # Rules whose output law equals the target's exactly (proved by enumeration in the tests).
-LOSSLESS: frozenset[str] = frozenset({"sd", "gbv", "spectr", "mdbv"})
+LOSSLESS: frozenset[str] = frozenset({"sd", "gbv", "spectr", "mdbv", "rrs"})
 
 __all__ = [
     "VERIFIERS",

@@ -8,7 +8,7 @@ draws. Ties between drafts are broken exactly as the general rules break them, s
 decision (k, tau, token) is identical, not merely the kept text:
 
 - "first" (sd, gbv): draft 0.
-- "tree" (spectr, spectr-gbv): the lowest-index draft among those with the longest match.
+- "tree" (spectr, spectr-gbv, rrs): the lowest-index draft among those with the longest match.
 - "mdbv": MDBV's selection keeps walking past the first mismatch (its fallback picks the
   alive candidate with the largest p/q, i.e. all tie at 0, lowest token id), and reports the
   first draft alive at the end of that walk.

@@ -173,6 +173,41 @@ def step_law(verifier: Callable, tgt: Model, drf: Model, V: int, L: int, K: int)
     return law
 
 
+def mixed_step_law(verifier: Callable, tgt: Model, drafts: Sequence[Model], V: int, L: int,
+                   lengths: Sequence[int] | None = None) -> Law:
+    """Like step_law, for K drafts each drawn from its OWN model (a stacked trie: a lookup's
+    point mass beside the draft model's samples), independently given the prefix. Draft k
+    is lengths[k] <= L tokens long, padded as decode/blocks.verify_rows pads: column V is a
+    token the target never emits (p = 0, q = 1), target rows past it are uniform filler."""
+    K = len(drafts)
+    lengths = list(lengths or [L] * K)
+    pad = min(lengths) < L
+    W = V + 1 if pad else V
+    per: list[list[tuple[Context, float]]] = []
+    for drf, n in zip(drafts, lengths, strict=True):
+        per.append([(b, joint(drf, b)) for b in itertools.product(range(V), repeat=n) if joint(drf, b) > 0.0])
+    law: Law = {}
+    for combo in itertools.product(*per):
+        w = float(np.prod([wk for _, wk in combo]))
+        p = np.zeros((K, L + 1, W))
+        q = np.zeros((K, L, W))
+        x = np.full((K, L), V, dtype=np.int64)
+        for k, ((b, _), drf) in enumerate(zip(combo, drafts, strict=True)):
+            tr, dr = block_rows(tgt, drf, b)
+            n = len(b)
+            p[k, : n + 1, :V] = tr
+            q[k, :n, :V] = dr
+            x[k, :n] = b
+            if n < L:
+                q[k, n:, V] = 1.0
+                p[k, n + 1 :, :V] = 1.0 / V
+        for (k, tau, y), pr in enumerate_outputs(verifier, p, q, x).items():
+            assert y < V and tau <= len(combo[k][0]), "the padding token was accepted"
+            z = tuple(combo[k][0][:tau]) + (y,)
+            law[z] = law.get(z, 0.0) + w * pr
+    return law
+
+
 def dynamic_step_law(
     verifier: Callable, tgt: Model, drf: Model, V: int, L: int, K: int, keep: Callable[[list[Context]], bool]
 ) -> Law:
