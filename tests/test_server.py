@@ -140,6 +140,7 @@ def post(srv, path: str, body, *, key: str | None = KEY, **kw) -> httpx.Response
         kw["json"] = body
     else:
         kw["content"] = body
+        headers["Content-Type"] = "application/json"  # what every client sends (415 without it)
     return httpx.post(srv.url + path, headers=headers, timeout=120, **kw)
 
 

@@ -1,4 +1,6 @@
-"""The ASGI app: routes, auth, body limits, and the bridge from HTTP to the worker.
+"""The ASGI app: routes, auth, and the bridge from HTTP to the worker.
+
+Around the routes: body.py (what a body may be).
 
 Starlette, not FastAPI: the server is four routes whose validation is a hand-written policy
 (fields.py) that must answer in OpenAI's error shape and name OpenAI's `param`, which is
@@ -9,8 +11,8 @@ handlers are Starlette's own either way. uvicorn runs it (cli.py, and the tests)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -19,11 +21,12 @@ from dataclasses import dataclass
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from localspec.errors import ContextFullError, LocalspecError
+from localspec.server.body import read_json
 from localspec.server.errors import ApiError
 from localspec.server.schema import GenRequest, Limits, parse_chat, parse_completion
 from localspec.server.stream import DONE_LINE, Shapes, add_segment, sse
@@ -55,6 +58,9 @@ class ClientGone(Exception):
 def create_app(session: Session, config: ServerConfig) -> Starlette:
     """A Starlette app serving `session`; the worker thread lives as long as the app runs."""
     worker = Worker(session, config.max_queue)
+    limits = config.limits
+    if limits.n_vocab is None:  # token-id prompts are checked against both models' vocabulary
+        limits = dataclasses.replace(limits, n_vocab=getattr(session, "n_vocab", None))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -87,7 +93,7 @@ def create_app(session: Session, config: ServerConfig) -> Starlette:
     async def _generate(request: Request, parse: Callable[[object, Limits], GenRequest]) -> Response:
         try:
             _auth(request, config.api_key)
-            req = parse(await _read_json(request, config.max_body), config.limits)
+            req = parse(await read_json(request, config.max_body), limits)
             job = Job(req, asyncio.get_running_loop())
             try:
                 worker.submit(job)
@@ -110,7 +116,7 @@ def create_app(session: Session, config: ServerConfig) -> Starlette:
                 raise
         except ApiError as e:
             return e.response()
-        except ClientGone:
+        except (ClientGone, ClientDisconnect):  # ClientDisconnect: gone while sending its body
             return Response(status_code=499)
 
     async def http_error(request: Request, exc: Exception) -> Response:
@@ -167,28 +173,6 @@ def _auth(request: Request, key: str | None) -> None:
                        headers={"WWW-Authenticate": "Bearer"})
 
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-async def _read_json(request: Request, limit: int) -> object:
-    too_big = ApiError(413, f"the request body is larger than the server's limit of {limit} bytes",
-                       code="request_too_large")
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise too_big
-    data = bytearray()
-    async for chunk in request.stream():
-        data += chunk
-        if len(data) > limit:
-            raise too_big
-    try:
-        return json.loads(bytes(data), parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ApiError(400, f"We could not parse the JSON body of your request ({e}). The body must be "
-                       "a JSON object (Content-Type: application/json).", code="invalid_json") from None
-
-
 async def _next(job: Job, request: Request) -> tuple:
     """The job's next item; raises ClientGone if the client disconnects while waiting or
     while items keep coming (checked at most every POLL_SECONDS either way: a non-streaming
@@ -240,10 +224,10 @@ async def _collect(job: Job, request: Request, shapes: Shapes) -> Response:
         item = await _next(job, request)
         if item[0] == "text":
             add_segment(segments, item[2], item[1], item[3], *item[4:])
-        elif item[0] == "done":
+            continue
+        if item[0] == "done":
             return JSONResponse(shapes.response(item[1], job.queue_seconds, segments, item[2]))
-        else:
-            return _failed(item, shapes.req)
+        return _failed(item, shapes.req)
 
 
 async def _sse(job: Job, shapes: Shapes) -> AsyncIterator[str]:
