@@ -1,6 +1,6 @@
 """The ASGI app: routes, auth, and the bridge from HTTP to the worker.
 
-Around the routes: body.py (what a body may be).
+Around the routes: guard.py (Host / Origin rules, CORS), body.py (what a body may be).
 
 Starlette, not FastAPI: the server is four routes whose validation is a hand-written policy
 (fields.py) that must answer in OpenAI's error shape and name OpenAI's `param`, which is
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -28,6 +29,8 @@ from starlette.routing import Route
 from localspec.errors import ContextFullError, LocalspecError
 from localspec.server.body import read_json
 from localspec.server.errors import ApiError
+from localspec.server.guard import Guard
+from localspec.server.hosts import LOOPBACK_NAMES
 from localspec.server.schema import GenRequest, Limits, parse_chat, parse_completion
 from localspec.server.stream import DONE_LINE, Shapes, add_segment, sse
 from localspec.server.worker import Job, QueueFull, ShuttingDown, Worker
@@ -49,6 +52,10 @@ class ServerConfig:
     api_key: str | None = None
     max_queue: int = 16
     max_body: int = MAX_BODY
+    # Host names served (None: any) and web origins allowed (None: any); hosts.py builds
+    # both from --host / --allowed-hosts / --cors. The defaults suit a loopback bind.
+    allowed_hosts: frozenset[str] | None = LOOPBACK_NAMES
+    cors: frozenset[str] | None = frozenset()
 
 
 class ClientGone(Exception):
@@ -136,7 +143,8 @@ def create_app(session: Session, config: ServerConfig) -> Starlette:
             Route(f"{prefix}/completions", completions, methods=["POST"]),
         ]
     routes.append(Route("/health", health, methods=["GET"]))
-    app = Starlette(routes=routes, lifespan=lifespan,
+    middleware = [Middleware(Guard, hosts=config.allowed_hosts, origins=config.cors)]
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                     exception_handlers={HTTPException: http_error, Exception: server_error})
     app.state.worker = worker
     app.state.config = config
