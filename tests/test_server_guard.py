@@ -1,8 +1,11 @@
-"""`localspec serve` in front of a browser: Host and Origin rules, CORS, Content-Type (a
-real uvicorn server on the SmolLM2 pair, as test_server.py).
+"""`localspec serve` in front of a browser and a dashboard: Host and Origin rules, CORS,
+Content-Type, and `/metrics` (a real uvicorn server on the SmolLM2 pair, as test_server.py).
 """
 
 from __future__ import annotations
+
+import re
+import time
 
 import httpx
 import pytest
@@ -115,3 +118,86 @@ def test_serve_flags_parse():
     assert a.allowed_hosts == ["box.lan", "other"] and a.cors == ["http://a", "http://b"]
     a = build_parser().parse_args(["serve"])
     assert a.allowed_hosts == [] and a.cors == []
+
+
+# ------------------------------------------------------------------------------ /metrics
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*\})? (\S+)$')
+
+
+def scrape(srv) -> dict[str, float]:
+    """The exposition text parsed strictly: every sample under a TYPE of its own name,
+    values that are numbers; {'name{labels}': value}."""
+    r = httpx.get(srv.url + "/metrics", headers=AUTH)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    typed: dict[str, str] = {}
+    out: dict[str, float] = {}
+    for line in r.text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            assert kind in ("counter", "gauge") and name not in typed, line
+            typed[name] = kind
+        elif line.startswith("# HELP ") or not line:
+            continue
+        else:
+            m = SAMPLE.match(line)
+            assert m, f"not an exposition line: {line!r}"
+            assert m.group(1) in typed, f"no TYPE for {line!r}"
+            if typed[m.group(1)] == "counter":
+                assert m.group(1).endswith("_total") or m.group(1).startswith("llamacpp:"), line
+            out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+    return out
+
+
+def test_metrics_need_the_key(srv):
+    assert httpx.get(srv.url + "/metrics").status_code == 401
+    assert httpx.get(srv.url + "/metrics", headers={"Authorization": "Bearer no"}).status_code == 401
+
+
+def test_metrics_count_requests_tokens_and_drafts(srv):
+    m0 = scrape(srv)
+    for name in ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total", "llamacpp:requests_processing",
+                 "llamacpp:requests_deferred", "llamacpp:n_decode_total", 'vllm:spec_decode_num_drafts_total'
+                 '{model_name="smollm2"}', 'vllm:spec_decode_num_draft_tokens_total{model_name="smollm2",'
+                 'proposer="draft"}', 'vllm:spec_decode_num_accepted_tokens_total{model_name="smollm2",'
+                 'proposer="ngram"}', 'vllm:num_requests_waiting{model_name="smollm2"}'):
+        assert name in m0, name
+    r = complete(srv, max_tokens=8, prompt="Once upon a time")
+    assert r.status_code == 200
+    body = r.json()
+    m1 = scrape(srv)
+
+    def grew(name: str) -> float:
+        return m1.get(name, 0.0) - m0.get(name, 0.0)
+
+    model = 'model_name="smollm2"'
+    assert grew("llamacpp:tokens_predicted_total") == body["usage"]["completion_tokens"] == 8
+    assert grew(f"vllm:generation_tokens_total{{{model}}}") == 8
+    assert grew(f"vllm:prompt_tokens_total{{{model}}}") == body["usage"]["prompt_tokens"]
+    assert grew("llamacpp:prompt_tokens_total") == body["timings"]["prompt_n"]  # evaluated, not cached
+    assert grew(f'vllm:request_success_total{{{model},finished_reason="length"}}') == 1
+    drafted = grew(f'vllm:spec_decode_num_draft_tokens_total{{{model},proposer="draft"}}')
+    accepted = grew(f'vllm:spec_decode_num_accepted_tokens_total{{{model},proposer="draft"}}')
+    assert drafted == body["timings"]["draft_n"] > 0 and accepted == body["timings"]["draft_n_accepted"]
+    assert grew(f"vllm:spec_decode_num_drafts_total{{{model}}}") == body["localspec"]["verify_steps"] > 0
+    per_pos = sum(v - m0.get(k, 0.0) for k, v in m1.items()
+                  if k.startswith("vllm:spec_decode_num_accepted_tokens_per_pos_total"))
+    assert per_pos == accepted  # every accepted token was accepted at some position
+    assert grew('localspec:http_requests_total{endpoint="completions",code="200"}') == 1
+    assert m1["llamacpp:requests_processing"] == 0 and m1["llamacpp:requests_deferred"] == 0
+    assert m1["llamacpp:n_tokens_max"] >= body["usage"]["total_tokens"]
+    assert m1["llamacpp:predicted_tokens_seconds"] > 0
+
+
+def test_metrics_count_a_request_whose_client_left(srv):
+    before = scrape(srv)
+    abort = 'vllm:request_success_total{model_name="smollm2",finished_reason="abort"}'
+    with httpx.stream("POST", srv.url + "/v1/completions", headers=AUTH, timeout=60,
+                      json={"prompt": COUNT, "max_tokens": 400, "stream": True}) as r:
+        next(r.iter_lines())  # it runs; then the client goes away mid-stream
+    deadline = time.monotonic() + 30
+    while scrape(srv).get(abort, 0.0) == before.get(abort, 0.0):
+        assert time.monotonic() < deadline, "the abandoned stream was never counted"
+        time.sleep(0.1)
+    after = scrape(srv)
+    tokens = after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
+    assert 0 < tokens < 400

@@ -1,6 +1,7 @@
 """The ASGI app: routes, auth, and the bridge from HTTP to the worker.
 
-Around the routes: guard.py (Host / Origin rules, CORS), body.py (what a body may be).
+Around the routes: guard.py (Host / Origin rules, CORS), body.py (what a body may be),
+metrics.py (`/metrics`, fed from each request's Done stats).
 
 Starlette, not FastAPI: the server is four routes whose validation is a hand-written policy
 (fields.py) that must answer in OpenAI's error shape and name OpenAI's `param`, which is
@@ -31,6 +32,7 @@ from localspec.server.body import read_json
 from localspec.server.errors import ApiError
 from localspec.server.guard import Guard
 from localspec.server.hosts import LOOPBACK_NAMES
+from localspec.server.metrics import CONTENT_TYPE, CountStatuses, Metrics
 from localspec.server.schema import GenRequest, Limits, parse_chat, parse_completion
 from localspec.server.stream import DONE_LINE, Shapes, add_segment, sse
 from localspec.server.worker import Job, QueueFull, ShuttingDown, Worker
@@ -65,6 +67,7 @@ class ClientGone(Exception):
 def create_app(session: Session, config: ServerConfig) -> Starlette:
     """A Starlette app serving `session`; the worker thread lives as long as the app runs."""
     worker = Worker(session, config.max_queue)
+    metrics = Metrics(config.model_id)
     limits = config.limits
     if limits.n_vocab is None:  # token-id prompts are checked against both models' vocabulary
         limits = dataclasses.replace(limits, n_vocab=getattr(session, "n_vocab", None))
@@ -76,6 +79,7 @@ def create_app(session: Session, config: ServerConfig) -> Starlette:
             yield
         finally:
             await asyncio.get_running_loop().run_in_executor(None, worker.close)
+            metrics.close()
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "busy": worker.busy, "queued": worker.queued,
@@ -91,6 +95,14 @@ def create_app(session: Session, config: ServerConfig) -> Starlette:
             "localspec": {"draft": config.draft, "n_ctx": config.limits.n_ctx, "method": config.limits.cfg.method},
         }]})
 
+    async def prometheus(request: Request) -> Response:
+        try:
+            _auth(request, config.api_key)  # as llama-server: only /health (and models) are public
+        except ApiError as e:
+            return e.response()
+        text = metrics.render(running=int(worker.busy), waiting=worker.queued, queue_max=worker.max_queue)
+        return Response(text, headers={"Content-Type": CONTENT_TYPE})
+
     async def chat(request: Request) -> Response:
         return await _generate(request, parse_chat)
 
@@ -104,6 +116,7 @@ def create_app(session: Session, config: ServerConfig) -> Starlette:
             job = Job(req, asyncio.get_running_loop())
             try:
                 worker.submit(job)
+                metrics.submitted(job.id)
             except QueueFull as e:
                 raise ApiError(429, f"the server is busy: {worker.max_queue} requests are already waiting; "
                                "retry later", type="rate_limit_error", code="queue_full",
@@ -114,17 +127,23 @@ def create_app(session: Session, config: ServerConfig) -> Starlette:
             try:
                 first = await _next(job, request)
                 if first[0] != "start":
+                    metrics.record(job.id, first)
                     return _failed(first, req)
                 if req.stream:
-                    return JobStream(_sse(job, shapes), on_close=lambda: worker.cancel(job))
-                return await _collect(job, request, shapes)
+                    return JobStream(_sse(job, shapes, metrics), on_close=lambda: _abandon(job))
+                return await _collect(job, request, shapes, metrics)
             except BaseException:
-                worker.cancel(job)
+                _abandon(job)
                 raise
         except ApiError as e:
             return e.response()
         except (ClientGone, ClientDisconnect):  # ClientDisconnect: gone while sending its body
             return Response(status_code=499)
+
+    def _abandon(job: Job) -> None:
+        """The handler is done with `job` (finished, client gone, server stopping)."""
+        worker.cancel(job)  # a no-op once the job has finished
+        metrics.settle(job.id, job.items)  # counts it once its Done arrives, unless already counted
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -133,6 +152,7 @@ def create_app(session: Session, config: ServerConfig) -> Starlette:
 
     async def server_error(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error", exc_info=exc)
+        metrics.count_status(request.url.path, 500)  # sent outside the counting middleware
         return ApiError(500, f"internal error: {exc}", type="server_error").response()
 
     routes = []
@@ -143,11 +163,14 @@ def create_app(session: Session, config: ServerConfig) -> Starlette:
             Route(f"{prefix}/completions", completions, methods=["POST"]),
         ]
     routes.append(Route("/health", health, methods=["GET"]))
-    middleware = [Middleware(Guard, hosts=config.allowed_hosts, origins=config.cors)]
+    routes.append(Route("/metrics", prometheus, methods=["GET"]))
+    middleware = [Middleware(CountStatuses, metrics=metrics),
+                  Middleware(Guard, hosts=config.allowed_hosts, origins=config.cors)]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                     exception_handlers={HTTPException: http_error, Exception: server_error})
     app.state.worker = worker
     app.state.config = config
+    app.state.metrics = metrics
     return app
 
 
@@ -226,19 +249,20 @@ def _error_for(e: BaseException, req: GenRequest) -> ApiError:
     return ApiError(500, f"engine failure: {type(e).__name__}: {e}", type="server_error", code="engine_error")
 
 
-async def _collect(job: Job, request: Request, shapes: Shapes) -> Response:
+async def _collect(job: Job, request: Request, shapes: Shapes, metrics: Metrics) -> Response:
     segments: list[dict] = []
     while True:
         item = await _next(job, request)
         if item[0] == "text":
             add_segment(segments, item[2], item[1], item[3], *item[4:])
             continue
+        metrics.record(job.id, item)
         if item[0] == "done":
             return JSONResponse(shapes.response(item[1], job.queue_seconds, segments, item[2]))
         return _failed(item, shapes.req)
 
 
-async def _sse(job: Job, shapes: Shapes) -> AsyncIterator[str]:
+async def _sse(job: Job, shapes: Shapes, metrics: Metrics) -> AsyncIterator[str]:
     """The event stream: text as the worker produces it, coalesced when the client is slower."""
     first = shapes.first()
     if first is not None:
@@ -260,6 +284,7 @@ async def _sse(job: Job, shapes: Shapes) -> AsyncIterator[str]:
             segments = []
         if end is None:
             continue
+        metrics.record(job.id, end)
         if end[0] == "done":
             for chunk in shapes.final(end[1], job.queue_seconds):
                 yield sse(chunk)
