@@ -34,7 +34,7 @@ from localspec.server.guard import Guard
 from localspec.server.hosts import LOOPBACK_NAMES
 from localspec.server.metrics import CONTENT_TYPE, CountStatuses, Metrics
 from localspec.server.schema import GenRequest, Limits, parse_chat, parse_completion
-from localspec.server.stream import DONE_LINE, Shapes, add_segment, sse
+from localspec.server.stream import DONE_LINE, Shapes, add_segment, sse, trim_tokens
 from localspec.server.worker import Job, QueueFull, ShuttingDown, Worker
 from localspec.session import Session
 
@@ -258,6 +258,7 @@ async def _collect(job: Job, request: Request, shapes: Shapes, metrics: Metrics)
             continue
         metrics.record(job.id, item)
         if item[0] == "done":
+            trim_tokens(segments, item[1].stats.n_tokens)  # provenance counts what usage counts
             return JSONResponse(shapes.response(item[1], job.queue_seconds, segments, item[2]))
         return _failed(item, shapes.req)
 
