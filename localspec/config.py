@@ -74,6 +74,11 @@ def _spec_types(given: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+# The smallest temperature that samples: below it 1/temp times a logit overflows a double
+# and the distribution is NaN (use 0, greedy, instead).
+MIN_TEMP = 1e-6
+
+
 @dataclass
 class SamplingConfig:
     """The transform applied to target AND draft logits (must match for losslessness)."""
@@ -92,6 +97,9 @@ class SamplingConfig:
         # written as `not ok` so that NaN (which fails every comparison) is refused too
         if not 0.0 <= self.temp < math.inf:
             raise ConfigError(f"--temp must be a number >= 0 (got {self.temp})")
+        if 0.0 < self.temp < MIN_TEMP:
+            raise ConfigError(f"--temp {self.temp:g} is too small to sample with (the logits overflow "
+                              f"below {MIN_TEMP:g}): use 0 for greedy decoding")
         if self.top_k < 0:
             raise ConfigError(f"--top-k must be >= 0, 0 = off (got {self.top_k})")
         if not 0.0 < self.top_p <= 1.0:

@@ -145,6 +145,9 @@ class RuntimeSession:
         if not items:
             raise ConfigError("empty prompt: no messages and no tokens")
         if all(isinstance(t, int) for t in items):
+            bad = next((t for t in items if not 0 <= t < self.n_vocab), None)
+            if bad is not None:  # llama_decode would fail on it (or the int32 cast overflow)
+                raise ConfigError(f"token id {bad} is not in the vocabulary (ids 0..{self.n_vocab - 1})")
             return self._generate([int(t) for t in items], cfg, None)
         if not all(isinstance(m, Mapping) for m in items):
             raise ConfigError("a prompt is chat messages, token ids or text, not a mix")
@@ -174,6 +177,13 @@ class RuntimeSession:
 
     def tokenize(self, text: str) -> list[int]:
         return self.target_model.tokenize(text, add_special=True, parse_special=False)
+
+    @property
+    def n_vocab(self) -> int:
+        """Token ids a prompt may hold: both models must know them (vocabularies of a pair
+        may differ in size by up to 128)."""
+        sizes = [m.n_vocab for m in (self.target_model, self.draft_model) if m is not None]
+        return min(sizes)
 
     @property
     def bos_text(self) -> str:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,31 @@ def test_run_json_fields(smollm2_path):
         assert key in d, key
     assert d["method"] == "ar" and 0 < d["n_tokens"] <= 12 and d["text"]
     assert d["text"] in r.stdout  # streamed before the JSON line
+
+
+def test_run_json_after_ctrl_c(smollm2_path):
+    # the first Ctrl-C ends the answer: what was generated so far still gets its JSON line
+    cmd = [sys.executable, "-m", "localspec.cli", "run", "-m", str(smollm2_path), "--method", "ar", "--raw",
+           "-p", "1, 2, 3, 4, 5,", "-n", "1500", "-c", "2048", "-t", "1", "--json"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        seen = ""
+        deadline = time.monotonic() + 120
+        while len(seen) < 20:  # it is generating
+            assert time.monotonic() < deadline and p.poll() is None, p.stderr.read() if p.poll() is not None else ""
+            seen += p.stdout.read(1)
+        p.send_signal(signal.SIGINT)
+        rest, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    out = seen + rest
+    assert p.returncode == 130, err
+    d = json.loads(out.strip().splitlines()[-1])
+    assert d["stop_reason"] == "interrupted" and 0 < d["n_tokens"] < 1500
+    assert d["text"] and out.startswith(d["text"]) and len(d["text"]) >= 20
+    assert "Traceback" not in err and "interrupted" in err
 
 
 def test_run_plain_prints_stats_line(smollm2_path):

@@ -140,6 +140,7 @@ def post(srv, path: str, body, *, key: str | None = KEY, **kw) -> httpx.Response
         kw["json"] = body
     else:
         kw["content"] = body
+        headers["Content-Type"] = "application/json"  # what every client sends (415 without it)
     return httpx.post(srv.url + path, headers=headers, timeout=120, **kw)
 
 
@@ -229,8 +230,10 @@ def test_provenance_reassembles_exactly(client):
     assert text == ref.choices[0].message.content
     whole = extra(ref, "localspec")["provenance"]
     assert "".join(s["text"] for s in whole) == text
-    # tokens as the events count them: an end-of-turn token rides with the last piece, unseen
-    assert ref.usage.completion_tokens <= sum(s["tokens"] for s in whole) <= ref.usage.completion_tokens + 1
+    # the tokens usage counts: not the end-of-turn token (no text) that ends a haiku
+    assert ref.choices[0].finish_reason == "stop" and extra(ref, "localspec")["stop_reason"] == "eog"
+    assert sum(s["tokens"] for s in whole) == ref.usage.completion_tokens
+    assert all(s["text"] or s["tokens"] for s in whole)
     assert "draft" in kinds and kinds & {"correction", "bonus"}  # sd: accepted drafts and target tokens
 
 

@@ -1,13 +1,19 @@
 """`localspec` command line: run, chat, models, bench.
 
-Bad input becomes one line on stderr and exit code 2 (no traceback); Ctrl-C exits 130.
+Bad input becomes one line on stderr and exit code 2 (no traceback); Ctrl-C exits 130
+(`run`: the first Ctrl-C ends the answer after the current iteration, so the text so far,
+its stats line or its --json line still come out; a second one aborts at once).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from localspec import __version__
 from localspec.cli import reasoning as cr
@@ -141,8 +147,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     if a.explain:
         print(sess.explain(settings.cfg), file=sys.stderr)
         print(settings.sampling_line(), file=sys.stderr)
-    # thinking models: reasoning apart, budget
-    done, thinking = cr.run_answer(sess, prompt, settings, raw=a.raw, fmt=a.reasoning_format)
+    with _ctrl_c_stops(sess) as pressed:  # thinking models: reasoning apart, budget
+        done, thinking = cr.run_answer(sess, prompt, settings, raw=a.raw, fmt=a.reasoning_format)
     st = done.stats
     if done.message:
         print(f"\n[{done.message}]", file=sys.stderr)
@@ -165,7 +171,34 @@ def cmd_run(a: argparse.Namespace) -> int:
         print()
         thought = cr.summary(thinking, speculative=st.method != "ar")  # None unless the model thought
         print(_stats_line(st) + (f" {thought}" if thought else ""), file=sys.stderr)
+    if pressed:
+        print("interrupted", file=sys.stderr)
+        return 130
     return 0
+
+
+@contextmanager
+def _ctrl_c_stops(sess) -> Iterator[list[bool]]:
+    """While `run` generates, the first Ctrl-C asks the session to stop (the answer ends
+    after the current iteration with reason "interrupted", and everything after it, the
+    --json line included, is printed as usual); a second raises KeyboardInterrupt. Yields
+    a list that is non-empty once Ctrl-C was pressed."""
+    pressed: list[bool] = []
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield pressed
+        return
+
+    def on_sigint(signum, frame) -> None:
+        if pressed:
+            raise KeyboardInterrupt
+        pressed.append(True)
+        sess.stop()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def cmd_chat(a: argparse.Namespace) -> int:

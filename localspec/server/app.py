@@ -1,4 +1,7 @@
-"""The ASGI app: routes, auth, body limits, and the bridge from HTTP to the worker.
+"""The ASGI app: routes, auth, and the bridge from HTTP to the worker.
+
+Around the routes: guard.py (Host / Origin rules, CORS), body.py (what a body may be),
+metrics.py (`/metrics`, fed from each request's Done stats).
 
 Starlette, not FastAPI: the server is four routes whose validation is a hand-written policy
 (fields.py) that must answer in OpenAI's error shape and name OpenAI's `param`, which is
@@ -9,8 +12,8 @@ handlers are Starlette's own either way. uvicorn runs it (cli.py, and the tests)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -19,14 +22,19 @@ from dataclasses import dataclass
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from localspec.errors import ContextFullError, LocalspecError
+from localspec.server.body import read_json
 from localspec.server.errors import ApiError
+from localspec.server.guard import Guard
+from localspec.server.hosts import LOOPBACK_NAMES
+from localspec.server.metrics import CONTENT_TYPE, CountStatuses, Metrics
 from localspec.server.schema import GenRequest, Limits, parse_chat, parse_completion
-from localspec.server.stream import DONE_LINE, Shapes, add_segment, sse
+from localspec.server.stream import DONE_LINE, Shapes, add_segment, sse, trim_tokens
 from localspec.server.worker import Job, QueueFull, ShuttingDown, Worker
 from localspec.session import Session
 
@@ -46,6 +54,10 @@ class ServerConfig:
     api_key: str | None = None
     max_queue: int = 16
     max_body: int = MAX_BODY
+    # Host names served (None: any) and web origins allowed (None: any); hosts.py builds
+    # both from --host / --allowed-hosts / --cors. The defaults suit a loopback bind.
+    allowed_hosts: frozenset[str] | None = LOOPBACK_NAMES
+    cors: frozenset[str] | None = frozenset()
 
 
 class ClientGone(Exception):
@@ -56,6 +68,10 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
     """A Starlette app serving `session` (with `pool`, a localspec.pool.Pool, its N slots:
     `session` is then the pool's base); the slot threads live as long as the app runs."""
     worker = Worker(session, config.max_queue, pool)
+    metrics = Metrics(config.model_id)
+    limits = config.limits
+    if limits.n_vocab is None:  # token-id prompts are checked against both models' vocabulary
+        limits = dataclasses.replace(limits, n_vocab=getattr(session, "n_vocab", None))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -64,6 +80,7 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
             yield
         finally:
             await asyncio.get_running_loop().run_in_executor(None, worker.close)
+            metrics.close()
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "busy": worker.busy, "queued": worker.queued,
@@ -87,6 +104,14 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
             "localspec": {"draft": config.draft, "n_ctx": config.limits.n_ctx, "method": config.limits.cfg.method},
         }]})
 
+    async def prometheus(request: Request) -> Response:
+        try:
+            _auth(request, config.api_key)  # as llama-server: only /health (and models) are public
+        except ApiError as e:
+            return e.response()
+        text = metrics.render(running=int(worker.busy), waiting=worker.queued, queue_max=worker.max_queue)
+        return Response(text, headers={"Content-Type": CONTENT_TYPE})
+
     async def chat(request: Request) -> Response:
         return await _generate(request, parse_chat)
 
@@ -96,10 +121,11 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
     async def _generate(request: Request, parse: Callable[[object, Limits], GenRequest]) -> Response:
         try:
             _auth(request, config.api_key)
-            req = parse(await _read_json(request, config.max_body), config.limits)
+            req = parse(await read_json(request, config.max_body), limits)
             job = Job(req, asyncio.get_running_loop())
             try:
                 worker.submit(job)
+                metrics.submitted(job.id)
             except QueueFull as e:
                 raise ApiError(429, f"the server is busy: {worker.max_queue} requests are already waiting; "
                                "retry later", type="rate_limit_error", code="queue_full",
@@ -110,17 +136,23 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
             try:
                 first = await _next(job, request)
                 if first[0] != "start":
+                    metrics.record(job.id, first)
                     return _failed(first, req)
                 if req.stream:
-                    return JobStream(_sse(job, shapes), on_close=lambda: worker.cancel(job))
-                return await _collect(job, request, shapes)
+                    return JobStream(_sse(job, shapes, metrics), on_close=lambda: _abandon(job))
+                return await _collect(job, request, shapes, metrics)
             except BaseException:
-                worker.cancel(job)
+                _abandon(job)
                 raise
         except ApiError as e:
             return e.response()
-        except ClientGone:
+        except (ClientGone, ClientDisconnect):  # ClientDisconnect: gone while sending its body
             return Response(status_code=499)
+
+    def _abandon(job: Job) -> None:
+        """The handler is done with `job` (finished, client gone, server stopping)."""
+        worker.cancel(job)  # a no-op once the job has finished
+        metrics.settle(job.id, job.items)  # counts it once its Done arrives, unless already counted
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -129,6 +161,7 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
 
     async def server_error(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error", exc_info=exc)
+        metrics.count_status(request.url.path, 500)  # sent outside the counting middleware
         return ApiError(500, f"internal error: {exc}", type="server_error").response()
 
     routes = []
@@ -140,10 +173,14 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
         ]
     routes.append(Route("/health", health, methods=["GET"]))
     routes.append(Route("/slots", slots, methods=["GET"]))
-    app = Starlette(routes=routes, lifespan=lifespan,
+    routes.append(Route("/metrics", prometheus, methods=["GET"]))
+    middleware = [Middleware(CountStatuses, metrics=metrics),
+                  Middleware(Guard, hosts=config.allowed_hosts, origins=config.cors)]
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                     exception_handlers={HTTPException: http_error, Exception: server_error})
     app.state.worker = worker
     app.state.config = config
+    app.state.metrics = metrics
     return app
 
 
@@ -175,28 +212,6 @@ def _auth(request: Request, key: str | None) -> None:
     if not hmac.compare_digest(token.encode(), key.encode()):
         raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key",
                        headers={"WWW-Authenticate": "Bearer"})
-
-
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-async def _read_json(request: Request, limit: int) -> object:
-    too_big = ApiError(413, f"the request body is larger than the server's limit of {limit} bytes",
-                       code="request_too_large")
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise too_big
-    data = bytearray()
-    async for chunk in request.stream():
-        data += chunk
-        if len(data) > limit:
-            raise too_big
-    try:
-        return json.loads(bytes(data), parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ApiError(400, f"We could not parse the JSON body of your request ({e}). The body must be "
-                       "a JSON object (Content-Type: application/json).", code="invalid_json") from None
 
 
 async def _next(job: Job, request: Request) -> tuple:
@@ -244,19 +259,21 @@ def _error_for(e: BaseException, req: GenRequest) -> ApiError:
     return ApiError(500, f"engine failure: {type(e).__name__}: {e}", type="server_error", code="engine_error")
 
 
-async def _collect(job: Job, request: Request, shapes: Shapes) -> Response:
+async def _collect(job: Job, request: Request, shapes: Shapes, metrics: Metrics) -> Response:
     segments: list[dict] = []
     while True:
         item = await _next(job, request)
         if item[0] == "text":
             add_segment(segments, item[2], item[1], item[3], *item[4:])
-        elif item[0] == "done":
+            continue
+        metrics.record(job.id, item)
+        if item[0] == "done":
+            trim_tokens(segments, item[1].stats.n_tokens)  # provenance counts what usage counts
             return JSONResponse(shapes.response(item[1], job.queue_seconds, segments, item[2]))
-        else:
-            return _failed(item, shapes.req)
+        return _failed(item, shapes.req)
 
 
-async def _sse(job: Job, shapes: Shapes) -> AsyncIterator[str]:
+async def _sse(job: Job, shapes: Shapes, metrics: Metrics) -> AsyncIterator[str]:
     """The event stream: text as the worker produces it, coalesced when the client is slower."""
     first = shapes.first()
     if first is not None:
@@ -278,6 +295,7 @@ async def _sse(job: Job, shapes: Shapes) -> AsyncIterator[str]:
             segments = []
         if end is None:
             continue
+        metrics.record(job.id, end)
         if end[0] == "done":
             for chunk in shapes.final(end[1], job.queue_seconds):
                 yield sse(chunk)

@@ -7,7 +7,6 @@ like every other bad input, and so the tests and the benchmark can hand uvicorn 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import signal
 import socket
@@ -20,6 +19,7 @@ from pathlib import Path
 from localspec.cli.args import add_gen_args, add_model_args, asked_of, session_options
 from localspec.cli.reasoning import add_reasoning_format_arg
 from localspec.errors import ConfigError, LocalspecError
+from localspec.server.hosts import host_policy, is_loopback, origin_policy
 from localspec.settings import MAX_TOKENS, check, resolve
 
 
@@ -32,7 +32,7 @@ def register(sub) -> None:
                    help="address to listen on (another than loopback without --api-key prints a warning)")
     g.add_argument("--port", type=int, default=8080, help="TCP port")
     g.add_argument("--api-key", default=os.environ.get("LOCALSPEC_API_KEY"),
-                   help="require 'Authorization: Bearer KEY' on /v1/* (default: $LOCALSPEC_API_KEY)")
+                   help="require 'Authorization: Bearer KEY' on /v1/*, /slots and /metrics (default: $LOCALSPEC_API_KEY)")
     g.add_argument("-np", "--parallel", type=int, default=1, metavar="N",
                    help="slots: N requests decode at once, their target verifications (and draft steps) "
                    "joined into one llama_decode per round (llama-server's flag); --ctx and --batch are "
@@ -43,6 +43,14 @@ def register(sub) -> None:
     g.add_argument("--max-body", type=int, default=4 * 1024 * 1024, help="largest request body in bytes (413 above)")
     g.add_argument("--drain", type=float, default=10.0,
                    help="seconds running requests may finish after Ctrl-C / SIGTERM before they are stopped")
+    g.add_argument("--allowed-hosts", type=_names, default=[], metavar="H[,H]",
+                   help="Host header names served besides localhost, 127.0.0.1, [::1] and the --host "
+                   "address; with a loopback --host every other Host is refused (403, against DNS "
+                   "rebinding), with another --host any Host is served unless this names them; '*' = any")
+    g.add_argument("--cors", type=_names, default=[], metavar="ORIGIN[,ORIGIN]",
+                   help="web origins (e.g. http://localhost:3000) allowed to call the API from a browser: "
+                   "preflights answered, Access-Control-Allow-Origin sent; requests with any other Origin "
+                   "are refused (403); '*' = any origin (default: none)")
     g.add_argument("--ignore-unknown-fields", action="store_true",
                    help="accept request fields localspec does not know (listed in the response's "
                    "localspec.ignored) instead of answering 400")
@@ -58,15 +66,6 @@ def model_id(target: str) -> str:
     return Path(target).stem if target.endswith(".gguf") or os.sep in target else target
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def bind(host: str, port: int) -> socket.socket:
     """A bound (not yet listening) socket, or a LocalspecError saying why not."""
     try:
@@ -79,6 +78,14 @@ def bind(host: str, port: int) -> socket.socket:
         raise LocalspecError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     sock.set_inheritable(True)
     return sock
+
+
+def _names(value: str) -> list[str]:
+    """A comma-separated flag value (--allowed-hosts, --cors)."""
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one name (comma-separated)")
+    return names
 
 
 def _check(a: argparse.Namespace) -> None:
@@ -149,6 +156,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
         config = ServerConfig(model_id=a.alias or model_id(target),
                               draft=model_id(draft) if draft else None, api_key=a.api_key or None,
                               max_queue=a.queue, max_body=a.max_body,
+                              allowed_hosts=host_policy(a.host, a.allowed_hosts), cors=origin_policy(a.cors),
                               limits=Limits(cfg=cfg, n_ctx=per_slot.n_ctx or MAX_TOKENS,
                                             n_batch=per_slot.n_batch, n_seq_max=per_slot.n_seq_max,
                                             lenient=a.ignore_unknown_fields,

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 
 from localspec.server.errors import ApiError, invalid, unknown, unsupported, wrong_type
 
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
 # Accepted with any value: they never change the generated text.
 HARMLESS = frozenset({
     "user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key",
@@ -82,7 +84,7 @@ def _is_neutral(value: object, neutral: tuple[object, ...]) -> bool:
             if value is n:
                 return True
         elif isinstance(n, int | float) and isinstance(value, int | float):
-            if float(value) == float(n):
+            if value == n:  # exact across int / float (float() of a 400-digit int overflows)
                 return True
         elif value == n:
             return True
@@ -117,7 +119,11 @@ def get_bool(body: Mapping[str, object], key: str, default: bool, param: str | N
     return v
 
 
-def get_int(body: Mapping[str, object], key: str, param: str | None = None) -> int | None:
+def get_int(body: Mapping[str, object], key: str, param: str | None = None, *,
+            lo: int = INT32_MIN, hi: int = INT32_MAX) -> int | None:
+    """An integer field within [lo, hi] (llama.cpp's int32 unless the field says otherwise):
+    JSON integers have no size, and one past what the engine stores is an OverflowError
+    deep inside it, or a silently wrapped value."""
     v = body.get(key)
     if v is None:
         return None
@@ -125,16 +131,31 @@ def get_int(body: Mapping[str, object], key: str, param: str | None = None) -> i
         v = int(v)
     if isinstance(v, bool) or not isinstance(v, int):
         raise wrong_type(param or key, "an integer", v)
+    if not lo <= v <= hi:
+        name = param or key
+        raise invalid(name, f"Invalid '{name}': {_short(v)} is out of range ({lo}..{hi}).")
     return v
 
 
 def get_number(body: Mapping[str, object], key: str, param: str | None = None) -> float | None:
+    """A number field as a finite float (body.py already refused NaN and 1e999; an integer
+    beyond a double's range would raise OverflowError here)."""
     v = body.get(key)
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise wrong_type(param or key, "a number", v)
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:
+        name = param or key
+        raise invalid(name, f"Invalid '{name}': {_short(v)} is out of range for a number.") from None
+
+
+def _short(v: int) -> str:
+    """An integer for a message: huge ones by their digit count, not 4,000 digits."""
+    text = str(v)
+    return text if len(text) <= 24 else f"{text[:8]}... ({len(text)} digits)"
 
 
 def get_object(body: Mapping[str, object], key: str, param: str | None = None) -> dict | None:

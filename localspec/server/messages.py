@@ -83,8 +83,12 @@ def _content(value: object, where: str, role: str) -> str:
     return "".join(parts)
 
 
-def parse_prompt(value: object) -> str | list[int]:
-    """/v1/completions `prompt`: a string, token ids, or a batch of exactly one of those."""
+def parse_prompt(value: object, n_vocab: int | None = None) -> str | list[int]:
+    """/v1/completions `prompt`: a string, token ids, or a batch of exactly one of those.
+
+    Token ids must name tokens of both models (`n_vocab`, the smaller vocabulary): one past
+    it makes llama_decode fail and one past int32 an OverflowError inside llama.cpp's
+    bindings, both after the request was accepted."""
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str | list):
         value = value[0]  # a batch of one (what some clients always send)
     if isinstance(value, str):
@@ -95,8 +99,12 @@ def parse_prompt(value: object) -> str | list[int]:
         if not value:
             raise invalid("prompt", "'prompt' is empty: nothing to complete.")
         if all(isinstance(t, int) and not isinstance(t, bool) for t in value):
-            if any(t < 0 for t in value):
-                raise invalid("prompt", "token ids must be non-negative")
+            top = (n_vocab or 2**31) - 1
+            for i, t in enumerate(value):
+                if not 0 <= t <= top:
+                    shown = t if abs(t) < 10**12 else f"{str(t)[:8]}..."
+                    raise invalid("prompt", f"Invalid 'prompt': token id {shown} at index {i} is not in the "
+                                  f"vocabulary (ids 0..{top}).")
             return list(value)
         if all(isinstance(t, str | list) for t in value):
             raise unsupported("prompt", "batched prompts (one answer per request; send one request per prompt)")

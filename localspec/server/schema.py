@@ -12,7 +12,7 @@ import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from localspec.config import METHODS, SPECULATIVE, GenConfig
+from localspec.config import METHODS, MIN_TEMP, SPECULATIVE, GenConfig
 from localspec.server.errors import ApiError, invalid, wrong_type
 from localspec.server.fields import (
     at_least,
@@ -54,6 +54,7 @@ class Limits:
     reasoning_format: str = "auto"  # --reasoning-format (server/thinking.py)
     reasoning_budget: int | None = None  # --reasoning-budget
     template_kwargs: dict | None = None  # --reasoning on/off -> {"enable_thinking": ...}
+    n_vocab: int | None = None  # token ids a prompt may hold (create_app fills it from the session)
 
 
 @dataclass
@@ -98,7 +99,7 @@ def parse_completion(body: object, limits: Limits) -> GenRequest:
     ignored = check_policy(body, COMPLETION_FIELDS, limits.lenient)
     if "prompt" not in body:
         raise ApiError(400, "Missing required parameter: 'prompt'.", param="prompt", code="missing_required_parameter")
-    req = GenRequest("completion", parse_prompt(body["prompt"]), _gen_config(body, limits, ignored), ignored=ignored)
+    req = GenRequest("completion", parse_prompt(body["prompt"], limits.n_vocab), _gen_config(body, limits, ignored), ignored=ignored)
     _response_options(body, req, limits.lenient)
     return req
 
@@ -146,6 +147,9 @@ def _gen_config(body: Mapping[str, object], limits: Limits, ignored: list[str]) 
     s = cfg.sampling
     temp = get_number(body, "temperature")
     at_least("temperature", temp, 0)
+    if temp is not None and 0 < temp < MIN_TEMP:
+        raise invalid("temperature", f"Invalid 'temperature': {temp:g} is too small to sample with "
+                      f"(below {MIN_TEMP:g}); use 0 for greedy decoding.")
     top_p = get_number(body, "top_p")
     in_range("top_p", top_p, 0.0, 1.0, lo_open=True)
     min_p = get_number(body, "min_p")
@@ -156,9 +160,7 @@ def _gen_config(body: Mapping[str, object], limits: Limits, ignored: list[str]) 
     s.min_p = s.min_p if min_p is None else min_p
     s.top_k = s.top_k if top_k is None else max(0, top_k)  # <= 0 means off, as in llama-server
     if "seed" in body:
-        seed = get_int(body, "seed")
-        if seed is not None and not -1 <= seed < 2**64:
-            raise invalid("seed", f"Invalid 'seed': {seed} (use 0..2**64-1, or -1 / null for a random seed)")
+        seed = get_int(body, "seed", lo=-1, hi=2**64 - 1)  # -1 / null: a random seed
         cfg.seed = None if seed in (None, -1) else seed
     cfg.stop = _stop(body.get("stop"), cfg.stop)
     _speculative(body, cfg, limits.lenient, ignored)

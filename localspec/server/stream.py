@@ -99,6 +99,24 @@ def add_segment(segments: list[dict], kind: str, text: str, tokens: int, segment
         segments.append(seg)
 
 
+def trim_tokens(segments: list[dict], n_tokens: int) -> None:
+    """Make provenance count the tokens usage counts (`Stats.n_tokens`, the answer's).
+
+    The decoding loops report the end-of-turn token in the event that sampled it (the
+    target's last Written token, which adds no text), while usage counts only the tokens
+    of the answer; the excess comes off the last segments. Tokens a thinking budget forced
+    (kind "forced") are not generated, so usage never counts them and they stay as they are."""
+    excess = sum(s["tokens"] for s in segments if s["kind"] != "forced") - n_tokens
+    for seg in reversed(segments):
+        if excess <= 0:
+            break
+        if seg["kind"] != "forced":
+            cut = min(excess, seg["tokens"])
+            seg["tokens"] -= cut
+            excess -= cut
+    segments[:] = [s for s in segments if s["text"] or s["tokens"]]  # the end-of-turn's own, now empty
+
+
 def _texts(segments: list[dict]) -> tuple[str, str]:
     """(answer text, reasoning text) of provenance segments."""
     answer = "".join(s["text"] for s in segments if s.get("segment", "answer") == "answer")
