@@ -206,6 +206,30 @@ def test_auto_without_a_draft_model_uses_lookups_where_the_gate_says_they_pay(sm
     assert paid.stats.target_calls < ref.stats.target_calls
 
 
+def test_auto_with_a_draft_model_picks_lookup_or_draft_per_iteration(smollm2_path, smollm2_q4_0_path,
+                                                                     monkeypatch, tmp_path):
+    """With -md and curves under which the draft model pays (flat: a GPU's), auto still lets
+    the lookup draft the iterations where its gate predicts more than the draft model's
+    setting (an edit repeats the prompt): both proposers write the answer, which is AR's."""
+    from localspec import costmodel
+    from localspec.costmodel import CostCurve
+    from tests.support.helpers import session
+
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    flat = CostCurve([1, 64], [0.010, 0.012])
+    cheap = CostCurve([1, 64], [0.001, 0.002])  # the draft model's steps
+    monkeypatch.setattr(costmodel, "load_curve", lambda ctx: cheap if "Q4_0" in ctx.model.path.name else flat)
+    monkeypatch.setattr(CostCurve, "observe", lambda self, n, sec: None)  # the curves stay as given
+    s = session(smollm2_path, smollm2_q4_0_path)
+    ref = list(s.generate(EDIT, greedy("ar")))[-1]
+    cfg = GenConfig(method="auto", n_predict=96, seed=1, sampling=SamplingConfig(temp=0.0), auto_K=True, auto_L=True)
+    done = list(s.generate(EDIT, cfg))[-1]
+    st = done.stats
+    assert done.text == ref.text
+    assert st.draft_calls > 0 and st.proposed.get("ngram", (0, 0))[0] > 0, (st.ran, st.proposed)
+    assert st.ran.startswith("sd") and " then ar" not in st.ran  # the draft model's phase throughout
+
+
 @pytest.mark.parametrize("arch", ["qwen35", "mamba2"])  # snapshot rollback; branch + catch-up
 def test_lookups_on_a_recurrent_target_keep_ar_text(tiny, arch):
     from tests.support.helpers import session

@@ -98,6 +98,21 @@ def lookup_or_ar(turn: Turn, cm: CostModel, lookup: Lookup | None, gate: LookupG
     return ar_step(turn)
 
 
+def _lookup_beats_draft(turn: Turn, cm: CostModel, lookup: Lookup | None, gate: LookupGate) -> bool:
+    """In a draft-model phase: whether the lookup's match this iteration is predicted to
+    beat the draft model's setting (the gate's speedup for this (proposer, match length) on
+    the target curve vs the cost model's prediction for the draft). Decided from the
+    history and what earlier verifications taught, never from this iteration's outcome, so
+    every lossless verifier stays exact."""
+    if lookup is None or not turn.stats.predicted:
+        return False
+    trie = lookup.propose(turn.target.committed, 1, LOOKUP_MAX_L)
+    if trie is None:
+        return False
+    _, speedup = gate.best_length(cm.target, (trie.source, lookup.matched), trie.L)
+    return speedup > turn.stats.predicted[-1][0]
+
+
 def auto_loop(turn: Turn) -> Iterator[Event]:
     """Run the cost model's choice; re-decide every RECHECK_EVERY iterations, probe while AR.
 
@@ -133,7 +148,9 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
         check_ar = settings is not None and since >= RECHECK_EVERY and _needs_ar(cm)
         if check_ar:
             cm.ar_checks += 1
-        if (settings is not None or probe) and not check_ar:
+        if settings is not None and not check_ar and not probe and _lookup_beats_draft(turn, cm, lookup, gate):
+            events = lookup_or_ar(turn, cm, lookup, gate, rng)  # this iteration, the free draft pays more
+        elif (settings is not None or probe) and not check_ar:
             assert proposer is not None
             st = settings or SpecSettings("sd" if turn.cfg.sampling.greedy else "gbv", 1, 4)
             res = spec_iteration(turn, st, proposer, rng)
