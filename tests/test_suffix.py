@@ -25,7 +25,7 @@ from localspec.decode.lookup import ChainProposer, LookupProposer
 from localspec.decode.suffix import OVERLAP, SuffixProposer, SuffixStore
 from localspec.errors import ConfigError
 from localspec.events import Stats
-from tests.test_lookup import EDIT, greedy
+from tests.test_lookup import EDIT, greedy, sources_agree_with_stats
 
 COUNT = "1, 2, 3, 4, 5,"  # SmolLM2 keeps counting: its answer holds "10, 11, 12, 13, ..."
 LATER = "10, 11, 12,"  # a prompt whose continuation only that earlier answer contains
@@ -187,8 +187,11 @@ def test_stats_count_each_proposer_and_merge_them():
     a.record(5, 8)
     a.record(1, 4)
     j = a.to_json()["proposers"]
-    assert j["suffix"] == {"drafted": 8, "accepted": 5} and j["ngram"] == {"drafted": 4, "accepted": 1}
-    assert j["draft"] == {"drafted": 0, "accepted": 0}
+    assert j["suffix"] == {"drafted": 8, "accepted": 5, "acceptance": 5 / 8}
+    assert j["ngram"] == {"drafted": 4, "accepted": 1, "acceptance": 0.25}
+    assert j["draft"] == {"drafted": 0, "accepted": 0, "acceptance": None}  # nothing drafted: no rate
+    a.record(3, 4)  # a verification of the draft model's: its share is what the lookups did not draft
+    assert a.to_json()["proposers"]["draft"] == {"drafted": 4, "accepted": 3, "acceptance": 0.75}
     assert a.copy().proposed is not a.proposed
 
 
@@ -219,9 +222,12 @@ def test_suffix_drafts_alone_and_in_chains_give_ar_text(edit_ar, smollm2_path, s
     from tests.support.helpers import session
 
     s = session(smollm2_path, smollm2_q4_0_path)  # its own store: no earlier test's answers in it
-    done = list(s.generate(EDIT, greedy(method, L=6, spec_type=kinds)))[-1]
+    events = list(s.generate(EDIT, greedy(method, L=6, spec_type=kinds)))
+    done = events[-1]
     st, j = done.stats, done.stats.to_json()["proposers"]
     assert done.text == edit_ar and j[kinds[0]]["drafted"] > 0
+    iters = sources_agree_with_stats(events, st)  # the draft events name who wrote them
+    assert kinds[0] in iters and set(iters) <= set(kinds)
     assert any(0 < t < 6 for t in st.accepted_lengths) and st.target_calls < st.n_tokens
     if kinds == ("suffix",):
         assert st.draft_calls == 0 and set(st.proposed) == {"suffix"}
