@@ -202,10 +202,17 @@ def test_auto_without_a_draft_model_uses_lookups_where_the_gate_says_they_pay(sm
     flat = CostCurve([1, 64], [0.010, 0.012])  # verifying 64 tokens costs 1.2x one
     monkeypatch.setattr(costmodel, "load_curve", lambda ctx: flat)
     s.costs = None
+    assert "ngram: no lookup evidence yet" in s.explain(cfg)  # nothing learned: --explain says so
     paid = list(s.generate(EDIT, cfg))[-1]
     assert paid.text == ref.text
     assert paid.stats.lookup_drafted > 0 and "ngram" in paid.stats.ran
     assert paid.stats.target_calls < ref.stats.target_calls
+    # --explain now prints what the gate learned this session, per match length, priced on the curve
+    said, gate = s.explain(cfg), s.costs.lookup
+    assert "no lookup evidence yet" not in said and gate.trials
+    for key, trials in gate.trials.items():
+        row = next(ln.split() for ln in said.splitlines() if ln.split()[:1] == [str(key[1])])
+        assert row[3] == f"{gate.accepted[key]:.0f}/{trials:.0f}" and row[4].startswith(("L=", "none"))
 
 
 @pytest.mark.parametrize("arch", ["qwen35", "mamba2"])  # snapshot rollback; branch + catch-up
