@@ -319,6 +319,13 @@ def test_cli_suffix_flags_and_json(smollm2_path, capsys):
     assert r.returncode == 0, r.stderr
     run = json.loads(r.stdout.strip().splitlines()[-1])
     assert set(run["proposers"]) == {"ngram", "suffix", "draft"} and run["proposers"]["suffix"]["drafted"] > 0
+    # who wrote each part: the spans join into the text, their tokens into n_tokens, and the
+    # suffix store's spans hold its accepted tokens (fewer where -n cut the last block)
+    spans = run["spans"]
+    assert "".join(s["text"] for s in spans) == run["text"] and sum(s["tokens"] for s in spans) == run["n_tokens"]
+    assert {s["by"] for s in spans} <= {"suffix", "correction", "bonus"}
+    assert 0 < sum(s["tokens"] for s in spans if s["by"] == "suffix") <= run["proposers"]["suffix"]["accepted"]
+    assert all(a["by"] != b["by"] for a, b in zip(spans, spans[1:], strict=False))  # one author, one span
     assert main(["run", "-m", str(smollm2_path), "-p", "hi", "--spec-type", "suffix", "--spec-suffix-min-prob", "2"]) == 2
     err = capsys.readouterr().err  # refused before any model loads
     assert len(err.strip().splitlines()) == 1 and "--spec-suffix-min-prob" in err
