@@ -19,6 +19,11 @@ from localspec.config import LOOKUPS
 #   "bonus":      sampled by the target after a fully accepted block
 #   "target":     plain target decoding (AR, or PARSE regeneration)
 Provenance = Literal["draft", "correction", "bonus", "target"]
+# Which proposer wrote a draft (DraftTrie.source): the draft model ("draft"; PARSE's drafted
+# answer too) or a lookup that calls no model (config.LOOKUPS: "ngram", "suffix"). Drafted,
+# Accepted and Rejected carry it so a frontend can say who wrote each accepted span; it
+# defaults to "draft" so code that builds these events by hand (tests, replays) keeps working.
+Source = str
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,7 @@ class Drafted:
 
     drafts: tuple[tuple[int, ...], ...]
     texts: tuple[str, ...]
+    source: Source = "draft"
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ class Accepted:
     tau: int
     tokens: tuple[int, ...]
     text: str
+    source: Source = "draft"
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,7 @@ class Rejected:
     k: int
     tokens: tuple[int, ...]
     text: str
+    source: Source = "draft"
 
 
 @dataclass(frozen=True)
@@ -124,6 +132,14 @@ class Stats:
     def lookup_accepted(self) -> int:
         """... and how many of them the target accepted."""
         return sum(a for _, a in self.proposed.values())
+
+    def by_proposer(self) -> dict[str, tuple[int, int]]:
+        """(drafted, accepted) tokens of every proposer, each lookup and the draft model
+        ("draft": what the lookups did not draft), zeros included: one shape for `run --json`,
+        the TUI's panel and the stats line."""
+        out = {k: self.proposed.get(k, (0, 0)) for k in LOOKUPS}
+        out["draft"] = (self.drafted - self.lookup_drafted, sum(self.accepted_lengths) - self.lookup_accepted)
+        return out
 
     def record_proposed(self, source: str, drafted: int, accepted: int) -> None:
         """Account a verification of a model-free proposer's draft."""
@@ -213,11 +229,8 @@ class Stats:
             "drafted": self.drafted,
             "accepted_lengths": list(self.accepted_lengths),
             # per proposer: the lookups' drafts (no model call) and the draft model's
-            "proposers": {
-                **{k: {"drafted": self.proposed.get(k, (0, 0))[0], "accepted": self.proposed.get(k, (0, 0))[1]}
-                   for k in LOOKUPS},
-                "draft": {"drafted": self.drafted - self.lookup_drafted,
-                          "accepted": sum(self.accepted_lengths) - self.lookup_accepted}},
+            "proposers": {k: {"drafted": d, "accepted": a, "acceptance": a / d if d else None}
+                          for k, (d, a) in self.by_proposer().items()},
             "draft_seconds": self.draft_seconds,
             "verify_seconds": self.verify_seconds,
             "overhead_seconds": self.overhead_seconds,

@@ -209,7 +209,7 @@ class RuntimeSession:
     def explain(self, cfg: GenConfig) -> str:
         where = "; ".join(f"{role}: {w}" for role, w in self.placement.items())
         cfg = self._fit_memory(cfg)
-        table = costmodel.explain(self._cost_model(cfg) if self.draft is not None else None, cfg)
+        table = costmodel.explain(self._cost_model(cfg) if self.draft is not None else None, cfg, self.costs)
         return f"placement: {where}\nmemory: {self.memory_summary()}\n{table}"
 
     def memory_summary(self) -> str:

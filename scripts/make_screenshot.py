@@ -3,7 +3,8 @@
 
 Why a replay and not a real model: the README picture must be reproducible byte for byte
 (fixed timings, no blinking cursor, no model download), and must show every kind of span
-(accepted, correction, bonus, target, rejected, PARSE cuts and t*) in one frame.
+(accepted from the draft model and from a prompt lookup, correction, bonus, target, rejected,
+PARSE cuts and t*) in one frame.
 
     python scripts/make_screenshot.py            # writes docs/img/tui.svg
     python scripts/make_screenshot.py -o x.svg --size 120x36

@@ -29,6 +29,25 @@ def test_run_json_fields(smollm2_path):
         assert key in d, key
     assert d["method"] == "ar" and 0 < d["n_tokens"] <= 12 and d["text"]
     assert d["text"] in r.stdout  # streamed before the JSON line
+    assert d["spans"] == [{"by": "target", "text": d["text"], "tokens": d["n_tokens"]}]  # AR: the target wrote it all
+
+
+def test_spans_name_who_wrote_each_part():
+    """`run --json`'s spans: accepted text under its proposer, written text under its kind,
+    one span per run of one author; events that carry no visible text add nothing."""
+    from localspec.cli.spans import SpanLog
+    from localspec.events import Accepted, Drafted, Rejected, Stats, StatsUpdate, Written
+
+    log = SpanLog()
+    events = [Drafted(((1, 2),), ("ab",), "ngram"), Accepted(0, 2, (1, 2), "ab", "ngram"),
+              Written((3,), "c", "bonus"), Drafted(((4, 5),), ("de",)), Accepted(0, 1, (4,), "d"),
+              Rejected(0, (5,), "e"), Written((6,), "f", "correction"), StatsUpdate(Stats()),
+              Accepted(0, 0, (), ""), Drafted(((7,),), ("g",), "suffix"), Accepted(0, 1, (7,), "g", "suffix"),
+              Drafted(((8,),), ("h",), "suffix"), Accepted(0, 1, (8,), "h", "suffix")]
+    assert list(log.tap(events)) == events  # passed through unchanged
+    assert log.spans == [{"by": "ngram", "text": "ab", "tokens": 2}, {"by": "bonus", "text": "c", "tokens": 1},
+                         {"by": "draft", "text": "d", "tokens": 1}, {"by": "correction", "text": "f", "tokens": 1},
+                         {"by": "suffix", "text": "gh", "tokens": 2}]
 
 
 def test_run_json_after_ctrl_c(smollm2_path):

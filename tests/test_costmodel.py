@@ -144,6 +144,39 @@ def test_explain_shows_the_dynamic_length_and_its_calibration(tmp_path, monkeypa
     assert "choice: mdbv K=2" in multi and "for each draft on its own path" in multi
 
 
+def test_explain_prices_each_lookup_per_match_length() -> None:
+    """--explain's lookup section: per proposer and matched length, the gate's estimate, its
+    bet, the counts, and the length it would draft with the speedup it predicts (exactly
+    best_length's); a proposer with no evidence says so; a method other than auto says
+    lookups are not gated there; no lookup named, no section."""
+    from localspec.costmodel import explain
+    from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate
+
+    cfg = GenConfig(method="auto", spec_type=("ngram", "suffix"))
+    cfg.validate()
+    fresh = explain(None, cfg)  # before any turn: no cost model, no gate
+    assert "ngram: no lookup evidence yet" in fresh and "suffix: no lookup evidence yet" in fresh
+    assert "alpha 0.50, bet at 0.90" in fresh and "L=" not in fresh  # no target curve to price with
+    steep = CostCurve([1, 2, 4, 8, 16], [0.028, 0.047, 0.072, 0.127, 0.148])  # a 2-core CPU's
+    cm = CostModel(steep, linear(0.005, 0.001))
+    cm.lookup = gate = LookupGate()
+    for _ in range(20):
+        gate.update(("ngram", 2), 0, 8)  # 2-token matches: always wrong at once
+        gate.update(("ngram", 6), 8, 8)  # 6-token matches: always right
+    lines = explain(None, cfg, cm).splitlines()
+    rows = {ln.split()[0]: ln.split() for ln in lines if ln.split()[:1] in (["2"], ["6"])}
+    assert rows["2"][1:4] == [f"{gate.alpha(('ngram', 2)):.2f}", f"{gate.optimistic_alpha(('ngram', 2)):.2f}", "0/20"]
+    assert rows["2"][4:6] == ["none", "(no"]  # a lookup that keeps failing does not pay on this curve
+    L, gain = gate.best_length(steep, ("ngram", 6), LOOKUP_MAX_L)
+    assert L >= 8 and gain > 1.5 and rows["6"][3] == "160/160"
+    assert " ".join(rows["6"][4:]) == f"L={L} (predicted {gain:.2f}x AR per lookup iteration)"
+    assert any(ln.strip().startswith("suffix: no lookup evidence yet") and "-> L=" in ln for ln in lines)
+    sd = GenConfig(method="sd", spec_type=("ngram", "draft"), L=6)
+    sd.validate()
+    assert "draft whenever the history has a match, up to L=6" in explain(None, sd, cm)
+    assert "lookups (" not in explain(cm, GenConfig(method="sd"))  # the draft model alone: its table only
+
+
 def test_measure_times_every_block_size_and_lets_a_cheaper_bigger_batch_win(monkeypatch) -> None:
     """The F16 target on 2 threads is not smooth in n (9 tokens cheaper than 8): measure each
     size a draft block can take, and cost n at most what a bigger batch costs."""

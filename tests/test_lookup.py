@@ -138,21 +138,51 @@ def smol(smollm2_path, smollm2_q4_0_path):
 @pytest.mark.parametrize("method", ["sd", "gbv", "spectr", "mdbv"])
 def test_lookup_drafts_give_ar_text(smol, method):
     s, ref = smol
-    done = list(s.generate(EDIT, greedy(method, L=6, spec_type=("ngram",))))[-1]
+    events = list(s.generate(EDIT, greedy(method, L=6, spec_type=("ngram",))))
+    done = events[-1]
     st = done.stats
     assert done.text == ref.text and s.last_tokens == s.last_tokens
     assert st.lookup_drafted > 0 and st.draft_calls == 0  # no model drafted
+    assert set(sources_agree_with_stats(events, st)) == {"ngram"}  # every draft event says so
     assert any(0 < t < 6 for t in st.accepted_lengths) and st.target_calls < st.n_tokens
+
+
+def sources_agree_with_stats(events: list, stats) -> dict[str, int]:
+    """Every iteration's draft events name one proposer, and per proposer the accepted
+    lengths they carry add up to what Stats.proposed counted (the draft model's: the rest).
+    Returns the iterations per source."""
+    from localspec.events import Accepted, Drafted, Rejected
+
+    iters: dict[str, int] = {}
+    taus: dict[str, int] = {}
+    now = None
+    for ev in events:
+        if isinstance(ev, Drafted):
+            now = ev.source
+            iters[now] = iters.get(now, 0) + 1
+        elif isinstance(ev, (Accepted, Rejected)):
+            assert ev.source == now, (ev, now)  # the iteration's Drafted named the same proposer
+            if isinstance(ev, Accepted):
+                taus[now] = taus.get(now, 0) + ev.tau
+    for k, (_, accepted) in stats.proposed.items():
+        assert taus.get(k, 0) == accepted, (k, taus, stats.proposed)
+    assert taus.get("draft", 0) == sum(stats.accepted_lengths) - stats.lookup_accepted
+    return iters
 
 
 def test_lookup_chained_before_the_draft_model_gives_ar_text(smol):
     s, ref = smol
-    done = list(s.generate(EDIT, greedy("gbv", L=5, spec_type=("ngram", "draft"))))[-1]
+    events = list(s.generate(EDIT, greedy("gbv", L=5, spec_type=("ngram", "draft"))))
+    done = events[-1]
     st = done.stats
     assert done.text == ref.text
     assert 0 < st.lookup_drafted < st.drafted and st.draft_calls > 0  # both proposers drafted
     j = done.stats.to_json()["proposers"]
     assert j["ngram"]["drafted"] == st.lookup_drafted and j["draft"]["drafted"] == st.drafted - st.lookup_drafted
+    assert j["ngram"]["acceptance"] == pytest.approx(st.lookup_accepted / st.lookup_drafted)
+    # the events name who drafted: both proposers show up, each with its own accepted spans
+    iters = sources_agree_with_stats(events, st)
+    assert iters.get("ngram", 0) > 0 and iters.get("draft", 0) > 0 and set(iters) == {"ngram", "draft"}
 
 
 def test_a_stack_is_one_lookup_and_the_draft_model():
@@ -200,10 +230,17 @@ def test_auto_without_a_draft_model_uses_lookups_where_the_gate_says_they_pay(sm
     flat = CostCurve([1, 64], [0.010, 0.012])  # verifying 64 tokens costs 1.2x one
     monkeypatch.setattr(costmodel, "load_curve", lambda ctx: flat)
     s.costs = None
+    assert "ngram: no lookup evidence yet" in s.explain(cfg)  # nothing learned: --explain says so
     paid = list(s.generate(EDIT, cfg))[-1]
     assert paid.text == ref.text
     assert paid.stats.lookup_drafted > 0 and "ngram" in paid.stats.ran
     assert paid.stats.target_calls < ref.stats.target_calls
+    # --explain now prints what the gate learned this session, per match length, priced on the curve
+    said, gate = s.explain(cfg), s.costs.lookup
+    assert "no lookup evidence yet" not in said and gate.trials
+    for key, trials in gate.trials.items():
+        row = next(ln.split() for ln in said.splitlines() if ln.split()[:1] == [str(key[1])])
+        assert row[3] == f"{gate.accepted[key]:.0f}/{trials:.0f}" and row[4].startswith(("L=", "none"))
 
 
 def test_auto_with_a_draft_model_picks_lookup_or_draft_per_iteration(smollm2_path, smollm2_q4_0_path,

@@ -25,7 +25,7 @@ from localspec.decode.lookup import ChainProposer, LookupProposer
 from localspec.decode.suffix import OVERLAP, SuffixProposer, SuffixStore
 from localspec.errors import ConfigError
 from localspec.events import Stats
-from tests.test_lookup import EDIT, greedy
+from tests.test_lookup import EDIT, greedy, sources_agree_with_stats
 
 COUNT = "1, 2, 3, 4, 5,"  # SmolLM2 keeps counting: its answer holds "10, 11, 12, 13, ..."
 LATER = "10, 11, 12,"  # a prompt whose continuation only that earlier answer contains
@@ -187,8 +187,11 @@ def test_stats_count_each_proposer_and_merge_them():
     a.record(5, 8)
     a.record(1, 4)
     j = a.to_json()["proposers"]
-    assert j["suffix"] == {"drafted": 8, "accepted": 5} and j["ngram"] == {"drafted": 4, "accepted": 1}
-    assert j["draft"] == {"drafted": 0, "accepted": 0}
+    assert j["suffix"] == {"drafted": 8, "accepted": 5, "acceptance": 5 / 8}
+    assert j["ngram"] == {"drafted": 4, "accepted": 1, "acceptance": 0.25}
+    assert j["draft"] == {"drafted": 0, "accepted": 0, "acceptance": None}  # nothing drafted: no rate
+    a.record(3, 4)  # a verification of the draft model's: its share is what the lookups did not draft
+    assert a.to_json()["proposers"]["draft"] == {"drafted": 4, "accepted": 3, "acceptance": 0.75}
     assert a.copy().proposed is not a.proposed
 
 
@@ -219,9 +222,12 @@ def test_suffix_drafts_alone_and_in_chains_give_ar_text(edit_ar, smollm2_path, s
     from tests.support.helpers import session
 
     s = session(smollm2_path, smollm2_q4_0_path)  # its own store: no earlier test's answers in it
-    done = list(s.generate(EDIT, greedy(method, L=6, spec_type=kinds)))[-1]
+    events = list(s.generate(EDIT, greedy(method, L=6, spec_type=kinds)))
+    done = events[-1]
     st, j = done.stats, done.stats.to_json()["proposers"]
     assert done.text == edit_ar and j[kinds[0]]["drafted"] > 0
+    iters = sources_agree_with_stats(events, st)  # the draft events name who wrote them
+    assert kinds[0] in iters and set(iters) <= set(kinds)
     assert any(0 < t < 6 for t in st.accepted_lengths) and st.target_calls < st.n_tokens
     if kinds == ("suffix",):
         assert st.draft_calls == 0 and set(st.proposed) == {"suffix"}
@@ -313,6 +319,13 @@ def test_cli_suffix_flags_and_json(smollm2_path, capsys):
     assert r.returncode == 0, r.stderr
     run = json.loads(r.stdout.strip().splitlines()[-1])
     assert set(run["proposers"]) == {"ngram", "suffix", "draft"} and run["proposers"]["suffix"]["drafted"] > 0
+    # who wrote each part: the spans join into the text, their tokens into n_tokens, and the
+    # suffix store's spans hold its accepted tokens (fewer where -n cut the last block)
+    spans = run["spans"]
+    assert "".join(s["text"] for s in spans) == run["text"] and sum(s["tokens"] for s in spans) == run["n_tokens"]
+    assert {s["by"] for s in spans} <= {"suffix", "correction", "bonus"}
+    assert 0 < sum(s["tokens"] for s in spans if s["by"] == "suffix") <= run["proposers"]["suffix"]["accepted"]
+    assert all(a["by"] != b["by"] for a, b in zip(spans, spans[1:], strict=False))  # one author, one span
     assert main(["run", "-m", str(smollm2_path), "-p", "hi", "--spec-type", "suffix", "--spec-suffix-min-prob", "2"]) == 2
     err = capsys.readouterr().err  # refused before any model loads
     assert len(err.strip().splitlines()) == 1 and "--spec-suffix-min-prob" in err

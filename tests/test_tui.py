@@ -114,8 +114,9 @@ def test_turn_styles_by_provenance_and_stats() -> None:
         await send_and_wait(pilot, DEMO_PROMPTS[0])
         assert fake.prompts == [DEMO_PROMPTS[0]]
         r = runs(answer_text(app))
-        assert ("Here is a simple", STYLES["draft"]) in r
-        assert (" way", STYLES["bonus"]) in r
+        assert ("Here is a", STYLES["draft"]) in r
+        assert (" function that reverses a", STYLES["ngram"]) in r  # the prompt lookup's span
+        assert (" string", STYLES["bonus"]) in r
         assert ("def", STYLES["correction"]) in r
         assert ("import", STYLES["rejected"]) in r
         done = demo_turns()[0][-1]
@@ -126,6 +127,7 @@ def test_turn_styles_by_provenance_and_stats() -> None:
         assert "auto → mdbv" in panel
         assert f"{done.stats.tok_per_s:6.1f}" in panel
         assert "predicted 41 tok/s" in panel  # choice_note of auto
+        assert "by proposer" in panel and "ngram" in panel  # the lookup's share of the tokens
         assert app.stats is not None and app.stats.n_tokens == done.stats.n_tokens
 
     run_app(app, body)
@@ -173,7 +175,7 @@ def test_escape_stops_generation() -> None:
         await wait_until(pilot, lambda: app.session is not None)
         app.query_one("#prompt", Input).value = "go"
         await pilot.press("enter")
-        await wait_until(pilot, lambda: "Here is a simple" in answer_text(app).plain)
+        await wait_until(pilot, lambda: "Here is a" in answer_text(app).plain)
         assert app.generating
         await pilot.press("escape")
         await wait_until(pilot, lambda: not app.generating and not app.pending())

@@ -33,13 +33,49 @@ def test_visible_answer_is_accepted_plus_written() -> None:
 def test_styles_per_provenance() -> None:
     t = replay_demo()
     runs = styled_runs(t.render_turn(t.turns[0]))
-    assert ("Here is a simple", STYLES["draft"]) in runs
-    assert (" way", STYLES["bonus"]) in runs
+    assert ("Here is a", STYLES["draft"]) in runs
+    assert (" simple", STYLES["rejected"]) in runs
+    assert (" Python", STYLES["correction"]) in runs
+    assert (" function that reverses a", STYLES["ngram"]) in runs  # the prompt lookup's span
+    assert (" string", STYLES["bonus"]) in runs
     assert ("def", STYLES["correction"]) in runs
     assert ("import", STYLES["rejected"]) in runs
     assert ("This uses slicing", STYLES["rejected"]) in runs
     runs2 = styled_runs(t.render_turn(t.turns[1]))
     assert ("[::-1]", STYLES["target"]) in runs2
+
+
+def test_accepted_text_is_styled_by_its_proposer() -> None:
+    """Each proposer's accepted span has its own style (a lookup's differs from the draft
+    model's and from every target kind), is part of the answer, and its rejected tail is
+    rejected text like any other; a source with no colour of its own shows as draft text."""
+    t = Transcript()
+    t.begin_turn("q")
+    t.apply_all([
+        Drafted(((1, 2),), ("ab",), "ngram"), Accepted(0, 2, (1, 2), "ab", "ngram"), Written((3,), "c", "bonus"),
+        Drafted(((4, 5),), ("de",), "suffix"), Accepted(0, 1, (4,), "d", "suffix"),
+        Rejected(0, (5,), "e", "suffix"), Written((6,), "f", "correction"),
+        Drafted(((7,),), ("g",)), Accepted(0, 1, (7,), "g"), Written((8,), "h", "bonus"),
+        Drafted(((9,),), ("i",), "eagle"), Accepted(0, 1, (9,), "i", "eagle"),
+    ])
+    assert [(s.text, s.kind) for s in t.current.spans] == [
+        ("ab", "ngram"), ("c", "bonus"), ("d", "suffix"), ("e", "rejected"), ("f", "correction"),
+        ("g", "draft"), ("h", "bonus"), ("i", "draft")]
+    assert t.current.answer() == "abcdfghi"
+    runs = styled_runs(t.render_turn(t.current))
+    assert ("ab", STYLES["ngram"]) in runs and ("d", STYLES["suffix"]) in runs and ("g", STYLES["draft"]) in runs
+    kinds = ("draft", "ngram", "suffix", "correction", "bonus", "target", "rejected")
+    assert len({STYLES[k] for k in kinds}) == len(kinds)  # no two provenances look alike
+
+
+def test_the_legend_shows_every_proposer_in_its_style() -> None:
+    from localspec.tui.help import help_text
+
+    runs = styled_runs(help_text())
+    for kind in ("draft", "ngram", "suffix"):
+        assert any(style == STYLES[kind] for _, style in runs), kind
+    assert ("ngram", STYLES["ngram"]) in runs and ("suffix", STYLES["suffix"]) in runs
+    assert "prompt lookup" in help_text().plain and "suffix store" in help_text().plain
 
 
 def test_rejected_goes_right_after_accepted_even_if_it_arrives_late() -> None:
@@ -171,6 +207,28 @@ def test_stats_panel_contents() -> None:
     assert "auto: mdbv K=2 L=4" in panel
     assert "draft" in panel and "verify" in panel and "other" in panel
     assert "accepted length" in panel and "acceptance by position" in panel
+
+
+def test_stats_panel_splits_tokens_and_acceptance_per_proposer() -> None:
+    """Demo turn 1 drafts once by prompt lookup (4 of 4 accepted): the panel splits the
+    accepted / drafted tokens between the lookup and the draft model (the rest); a turn
+    where only the draft model drafted shows no split (accept α already is its rate)."""
+    stats = demo_turns()[0][-1].stats
+    assert stats.proposed == {"ngram": (4, 4)}
+    d_drafted, d_accepted = stats.drafted - 4, sum(stats.accepted_lengths) - 4
+    assert 0 < d_accepted < d_drafted
+    text = render_stats(stats, PanelInfo())
+    lines = text.plain.splitlines()
+    assert any("by proposer" in ln for ln in lines)
+    assert any(ln.split() == ["draft", str(d_accepted), "/", str(d_drafted), f"{d_accepted / d_drafted:.0%}"]
+               for ln in lines), lines
+    assert any(ln.split() == ["ngram", "4", "/", "4", "100%"] for ln in lines), lines
+    assert not any(ln.split()[:1] == ["suffix"] for ln in lines)  # it drafted nothing: no row
+    # each proposer's name is coloured as its accepted text is in the conversation
+    names = {text.plain[s.start:s.end].strip(): str(s.style) for s in text.spans}
+    assert names["ngram"] in STYLES["ngram"] and names["draft"] == STYLES["draft"]
+    parse = demo_turns()[1][-1].stats
+    assert "by proposer" not in render_stats(parse, PanelInfo()).plain
 
 
 def test_stats_panel_shows_where_each_model_runs() -> None:

@@ -20,6 +20,7 @@ from localspec.cli import reasoning as cr
 from localspec.cli.args import add_gen_args, add_model_args, asked_of, session_options
 from localspec.cli.input import read_prompt
 from localspec.cli.parser import HelpFormatter, Parser
+from localspec.cli.spans import SpanLog
 from localspec.errors import LocalspecError
 from localspec.events import Stats
 from localspec.session import SessionOptions
@@ -147,8 +148,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     if a.explain:
         print(sess.explain(settings.cfg), file=sys.stderr)
         print(settings.sampling_line(), file=sys.stderr)
+    spans = SpanLog() if a.json else None  # who wrote each part of the text (--json)
     with _ctrl_c_stops(sess) as pressed:  # thinking models: reasoning apart, budget
-        done, thinking = cr.run_answer(sess, prompt, settings, raw=a.raw, fmt=a.reasoning_format)
+        done, thinking = cr.run_answer(sess, prompt, settings, raw=a.raw, fmt=a.reasoning_format, spans=spans)
     st = done.stats
     if done.message:
         print(f"\n[{done.message}]", file=sys.stderr)
@@ -165,6 +167,7 @@ def cmd_run(a: argparse.Namespace) -> int:
             "tok_per_s": st.tok_per_s,
             "parse": getattr(st, "parse", None),
             **st.to_json(),
+            "spans": spans.spans if spans is not None else [],
         }
         print(json.dumps(payload))
     else:

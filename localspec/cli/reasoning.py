@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
+from localspec.cli.spans import SpanLog
 from localspec.events import Accepted, Done, Event, Progress, Written
 from localspec.session import Session
 from localspec.settings import Settings
@@ -117,9 +118,10 @@ def show_progress(ev: Event, err: TextIO) -> None:
     err.flush()
 
 
-def print_run(run: ThinkingRun, fmt: str, out: TextIO | None = None, err: TextIO | None = None) -> Done:
-    """Stream a ThinkingRun to the terminal; the Done event."""
-    return _print(run, lambda ev: run.take(), fmt, out, err)
+def print_run(run: ThinkingRun, fmt: str, out: TextIO | None = None, err: TextIO | None = None,
+              spans: SpanLog | None = None) -> Done:
+    """Stream a ThinkingRun to the terminal; the Done event. `spans` collects who wrote what."""
+    return _print(run if spans is None else spans.tap(run), lambda ev: run.take(), fmt, out, err)
 
 
 def print_events(events: Iterable[Event], splitter: ReasoningSplitter, fmt: str,
@@ -151,13 +153,15 @@ def _print(events: Iterable[Event], pieces_of, fmt: str, out: TextIO | None, err
 
 
 def run_answer(session: Session, prompt: str, settings: Settings, *, raw: bool = False, fmt: str = "show",
-               out: TextIO | None = None, err: TextIO | None = None) -> tuple[Done, ThinkingRun]:
-    """`run`'s generation: the prompt (chat-templated unless --raw) with the thinking settings."""
+               out: TextIO | None = None, err: TextIO | None = None,
+               spans: SpanLog | None = None) -> tuple[Done, ThinkingRun]:
+    """`run`'s generation: the prompt (chat-templated unless --raw) with the thinking settings
+    (`spans`: collect who wrote each part, for --json)."""
     out, err = out or sys.stdout, err or sys.stderr  # looked up now: tests and pipes swap them
     kwargs = None if raw else settings.template_kwargs
     p = prompt if raw else [{"role": "user", "content": prompt}]
     run = think(session, p, settings.cfg, template_kwargs=kwargs, budget=settings.budget)
-    return print_run(run, fmt, out, err), run
+    return print_run(run, fmt, out, err, spans), run
 
 
 def json_fields(run: ThinkingRun, done: Done, fmt: str = "show") -> dict:

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
-from localspec.config import GenConfig
+from localspec.config import LOOKUPS, GenConfig
 from localspec.costmodel.acceptance import N_BINS, Acceptance
+from localspec.costmodel.curves import CostCurve
+from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate
 from localspec.costmodel.predict import CostModel, dynamic_length, length_cap, per_draft_length
 
 
-def explain(cm: CostModel | None, cfg: GenConfig) -> str:
-    """A table of predictions and the choice, for --explain (cm None: there is no draft)."""
+def explain(cm: CostModel | None, cfg: GenConfig, costs: CostModel | None = None) -> str:
+    """A table of predictions and the choice, for --explain (cm None: there is no draft),
+    then the lookups' own prediction per proposer. `costs` is the session's cost model, which
+    holds what the lookup gate learned (cm, when there is a draft; without one, the
+    target-only model of an earlier turn, or None before any)."""
+    return "\n".join(_draft_lines(cm, cfg) + lookup_lines(costs or cm, cfg))
+
+
+def _draft_lines(cm: CostModel | None, cfg: GenConfig) -> list[str]:
+    """The draft model's part: its prediction table and the choice."""
     if cm is None:
-        return ("no draft model: prompt lookups in the turn's own text where they pay (the target's "
-                "curve x their acceptance), else plain autoregressive decoding")
+        return ["no draft model: prompt lookups in the turn's own text where they pay (the target's "
+                "curve x their acceptance), else plain autoregressive decoding"]
     best, ar = cm.choose(cfg)
     lines = [
         f"cost model (alpha={cm.acceptance.alpha:.2f}; target 1 tok {cm.target(1) * 1e3:.1f} ms, "
@@ -31,7 +41,49 @@ def explain(cm: CostModel | None, cfg: GenConfig) -> str:
         lines.append(f"choice: {best.method} K={best.K} L={best.L} (predicted {best.tok_per_s / ar:.2f}x AR)")
         if dynamic_length(cfg, best):
             lines.append(_calibration_line(cm.acceptance, length_cap(cfg, best), per_draft_length(cfg, best)))
-    return "\n".join(lines)
+    return lines
+
+
+def lookup_lines(costs: CostModel | None, cfg: GenConfig) -> list[str]:
+    """Per lookup proposer --spec-type names: under auto, what its gate learned per matched
+    length (the estimate, what it bets, the counts behind them) and the draft length that
+    pays most with its predicted speedup over AR on the target's curve; with no evidence
+    yet, the prior it starts from. Other methods do not gate lookups: said in one line."""
+    kinds = [k for k in cfg.proposers if k in LOOKUPS]
+    if not kinds:
+        return []
+    names = ", ".join(kinds)
+    if cfg.method != "auto":
+        return [f"lookups ({names}): draft whenever the history has a match, up to L={cfg.L} "
+                f"(only --method auto prices them)"]
+    gate = costs.lookup if costs is not None and isinstance(costs.lookup, LookupGate) else None
+    target = costs.target if costs is not None else None
+    lines = [f"lookups ({names}): auto drafts by lookup where the draft model does not run, at the length the "
+             "gate prices best (acceptance learned per proposer and match length, this session)"]
+    for kind in kinds:
+        keys = sorted(n[1] for n in (gate.trials if gate else {}) if isinstance(n, tuple) and n[0] == kind)
+        if not keys:
+            prior = gate or LookupGate()
+            line = (f"  {kind}: no lookup evidence yet: every match length starts at alpha "
+                    f"{prior.alpha((kind, 0)):.2f}, bet at {prior.optimistic_alpha((kind, 0)):.2f}")
+            if target is not None:
+                line += " -> " + _drafts(prior, target, (kind, 0))
+            lines.append(line)
+            continue
+        assert gate is not None
+        lines.append(f"  {kind:7} {'match':>5} {'alpha':>5} {'bet':>5} {'accepted/reached':>17}  drafts")
+        for n in keys:
+            key = (kind, n)
+            counts = f"{gate.accepted[key]:.0f}/{gate.trials[key]:.0f}"
+            lines.append(f"  {'':7} {n:>5} {gate.alpha(key):>5.2f} {gate.optimistic_alpha(key):>5.2f} {counts:>17}  "
+                         + (_drafts(gate, target, key) if target is not None else "(no target curve yet)"))
+    return lines
+
+
+def _drafts(gate: LookupGate, target: CostCurve, key: tuple[str, int]) -> str:
+    """What the gate would draft for a match of this key, and the speedup it predicts."""
+    L, gain = gate.best_length(target, key, LOOKUP_MAX_L)
+    return f"L={L} (predicted {gain:.2f}x AR per lookup iteration)" if L else "none (no length beats AR)"
 
 
 

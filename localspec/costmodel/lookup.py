@@ -22,6 +22,9 @@ PRIOR_ACCEPTED, PRIOR_TRIALS = 1.0, 2.0  # alpha 0.5 before any evidence
 # starts at alpha 0.5 on a CPU where verifying 8 tokens costs 4.5x one would never try a
 # lookup and so never learn that long matches are right 90 % of the time
 EXPLORE = 0.4
+# the longest lookup draft auto asks for (the gate picks the length that pays most); here,
+# not in decode/auto.py, so --explain prices what auto would draft with the same bound
+LOOKUP_MAX_L = 16
 
 
 @dataclass

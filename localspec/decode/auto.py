@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from localspec.config import LOOKUPS
 from localspec.costmodel import CostModel, dynamic_length, length_cap, per_draft_length
-from localspec.costmodel.lookup import LookupGate
+from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate
 from localspec.decode.autoregressive import ar_step
 from localspec.decode.lookup import ChainProposer, LookupProposer
 from localspec.decode.proposer import Proposer
@@ -26,7 +26,6 @@ RECHECK_EVERY = 8  # speculative iterations between re-decisions
 PROBE_EVERY = 32  # AR tokens between speculative probes (only if speculation could pay)
 FIRST_PROBE = 4  # with little evidence about this pair, probe early
 AR_CHECKS = 3  # plain steps a cost model may take to see the AR cost live (per session)
-LOOKUP_MAX_L = 16  # longest lookup draft (the gate picks the length that pays most)
 
 
 def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:

@@ -134,7 +134,7 @@ def spec_iteration(turn: Turn, st: SpecSettings, proposer: Proposer, rng: NumpyR
         stats.record_proposed(lookup, trie.length(0), d.tau if d.k == 0 else 0)
     elif trie.source != "draft":
         stats.record_proposed(trie.source, own, d.tau)
-    events = _events(turn, x, d, acc, own)
+    events = _events(turn, x, d, acc, own, trie.source)
     t3 = time.perf_counter()
     stats.draft_seconds += t1 - t0
     stats.verify_seconds += t2 - t1
@@ -142,16 +142,17 @@ def spec_iteration(turn: Turn, st: SpecSettings, proposer: Proposer, rng: NumpyR
     return IterationResult(events, d, own, trie.conf[d.k], t1 - t0, t2 - t1, t3 - t2)
 
 
-def _events(turn: Turn, x: np.ndarray, d: Decision, acc: list[int], own: int) -> list[Event]:
-    """Drafted, Accepted, Rejected and the target's Written token of one iteration."""
+def _events(turn: Turn, x: np.ndarray, d: Decision, acc: list[int], own: int, source: str) -> list[Event]:
+    """Drafted, Accepted, Rejected and the target's Written token of one iteration; the
+    draft events name the proposer that wrote this iteration's trie (frontends colour by it)."""
     model, emitter = turn.target_model, turn.emitter
     drafts = tuple(tuple(int(t) for t in row if t != PAD) for row in x)
-    events: list[Event] = [Drafted(drafts, tuple(model.detokenize(row) for row in drafts))]
+    events: list[Event] = [Drafted(drafts, tuple(model.detokenize(row) for row in drafts), source)]
     taken, text = emitter.push(acc)
-    events.append(Accepted(d.k, d.tau, tuple(acc[:taken]), text))
+    events.append(Accepted(d.k, d.tau, tuple(acc[:taken]), text, source))
     rej = drafts[d.k][d.tau :]
     if rej:
-        events.append(Rejected(d.k, rej, model.detokenize(rej)))
+        events.append(Rejected(d.k, rej, model.detokenize(rej), source))
     if not emitter.done:
         _, text = emitter.push([d.token])
         events.append(Written((d.token,), text, "bonus" if d.tau == own else "correction"))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from rich.text import Text
 
 from localspec.events import Stats
+from localspec.tui.transcript import STYLES, accepted_kind
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 BAR_BG = "on grey15"
@@ -113,6 +114,20 @@ def time_split(stats: Stats, width: int) -> Text:
     return text
 
 
+def proposer_split(text: Text, stats: Stats) -> None:
+    """Accepted / drafted tokens and their ratio per proposer, each name in the colour its
+    accepted text has in the conversation; only once a lookup drafted (with the draft model
+    alone, accept α above already is its acceptance)."""
+    if not stats.lookup_drafted:
+        return
+    text.append(" by proposer: accepted / drafted\n", style="dim")
+    for name, (drafted, accepted) in stats.by_proposer().items():
+        if drafted:
+            colour = STYLES[accepted_kind(name)].replace("underline", "").strip()
+            text.append(f"   {name:<8}", style=colour)
+            text.append(f"{accepted:5d} / {drafted:<5d}{accepted / drafted:5.0%}\n")
+
+
 def _row(text: Text, label: str, value: str, style: str = "") -> None:
     text.append(f" {label:<10}", style="dim")
     text.append(value + "\n", style=style)
@@ -157,6 +172,7 @@ def render_stats(stats: Stats | None, info: PanelInfo, width: int = 30) -> Text:
         _row(t, "block eff", f"{stats.block_efficiency:6.2f}  tok/target call")
         alpha = acceptance_rate(stats)
         _row(t, "accept α", "   —" if alpha is None else f"{alpha:6.0%}")
+        proposer_split(t, stats)
         _row(t, "tokens", f"{stats.n_tokens:6d}  in {stats.iterations} iter")
 
         hist = stats.histogram()

@@ -25,13 +25,18 @@ from rich.text import Text
 from localspec.events import Accepted, Cut, Done, Drafted, Event, Judged, Rejected, Written
 
 SpanKind = Literal[
-    "draft", "correction", "bonus", "target", "rejected", "cut", "tstar", "note", "error"
+    "draft", "ngram", "suffix", "correction", "bonus", "target", "rejected", "cut", "tstar", "note", "error"
 ]
+# Accepted draft text is styled by the proposer that wrote it (Accepted.source): the draft
+# model's green, a lookup's (no model call: text copied from the prompt / the session) its own.
+LOOKUP_KINDS: tuple[SpanKind, ...] = ("ngram", "suffix")
 
 # One place for the colour legend (docs/tui.md mirrors it).
 STYLES: dict[str, str] = {
     "user": "bold",
     "draft": "#98c379",
+    "ngram": "underline #61afef",
+    "suffix": "underline #d19a66",
     "correction": "bold #e5c07b",
     "bonus": "#56b6c2",
     "target": "#c678dd",
@@ -44,8 +49,16 @@ STYLES: dict[str, str] = {
 }
 # Hex colours, not ANSI names: the legend must look the same under every Textual theme
 # (ANSI "magenta" renders close to red in some, and red is reserved for rejected text).
+# Lookup text is underlined as well as coloured: copied text stays told apart from the
+# draft model's and the target's even where blue / orange read close to cyan / yellow.
 
-VISIBLE_KINDS = frozenset({"draft", "correction", "bonus", "target"})
+VISIBLE_KINDS = frozenset({"draft", *LOOKUP_KINDS, "correction", "bonus", "target"})
+
+
+def accepted_kind(source: str) -> SpanKind:
+    """The span kind of accepted draft text written by `source` (unknown: the draft model's,
+    so a new proposer shows as accepted draft text until it has a colour of its own)."""
+    return next((k for k in LOOKUP_KINDS if k == source), "draft")
 
 
 @dataclass
@@ -135,7 +148,7 @@ class Transcript:
             self._parse.char_star = ev.char_star
         elif isinstance(ev, Accepted):
             self._accepted_k = ev.k
-            new = self._with_markers(ev.text, "draft", offset=0, inside_rejected=False)
+            new = self._with_markers(ev.text, accepted_kind(ev.source), offset=0, inside_rejected=False)
             spans.extend(new)
             self._anchor = len(spans)
         elif isinstance(ev, Rejected):

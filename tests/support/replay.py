@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -141,32 +141,46 @@ def block_turn(
     L: int,
     choice_note: str = "",
     step_seconds: tuple[float, float, float] = (0.030, 0.045, 0.006),
+    lookups: Mapping[int, str] | None = None,
 ) -> list[Event]:
-    """Events of a block-verification turn, with Stats consistent with the script."""
+    """Events of a block-verification turn, with Stats consistent with the script.
+
+    `lookups` maps an iteration's index to the model-free proposer that drafted it ("ngram",
+    "suffix"): one point-mass draft as long as what it lists, no draft call, counted in
+    Stats.proposed (as decode/speculative.py does)."""
     stats = Stats(method=method, K=K, L=L, prompt_tokens=24, choice_note=choice_note)
     events: list[Event] = []
     tok = 1000
     answer = ""
-    for accepted, rejected, written, kind in iterations:
+    for i, (accepted, rejected, written, kind) in enumerate(iterations):
+        source = (lookups or {}).get(i, "draft")
         drafted = [*accepted, *rejected]
         ids = tuple(range(tok, tok + len(drafted)))
         tok += len(drafted)
         alt = ids[: len(accepted)]  # a second draft sharing the accepted prefix
-        events.append(Drafted((ids, alt), ("".join(drafted), "".join(accepted))))
+        if source == "draft":
+            events.append(Drafted((ids, alt), ("".join(drafted), "".join(accepted))))
+        else:
+            events.append(Drafted((ids,), ("".join(drafted),), source))
         tau = len(accepted)
-        events.append(Accepted(0, tau, ids[:tau], "".join(accepted)))
+        events.append(Accepted(0, tau, ids[:tau], "".join(accepted), source))
         if rejected:
-            events.append(Rejected(0, ids[tau:], "".join(rejected)))
+            events.append(Rejected(0, ids[tau:], "".join(rejected), source))
         if written:
             events.append(Written((tok,), written, kind))
             tok += 1
         answer += "".join(accepted) + written
-        stats.record(tau, L)
+        d, v, o = step_seconds
+        if source == "draft":
+            stats.record(tau, L)
+            stats.draft_calls += L
+        else:
+            stats.record(tau, len(drafted))
+            stats.record_proposed(source, len(drafted), tau)
+            d = 0.0005  # a lookup: a few dict probes, no model call
         stats.n_tokens += tau + (1 if written else 0)
         stats.iterations += 1
         stats.target_calls += 1
-        stats.draft_calls += L
-        d, v, o = step_seconds
         stats.draft_seconds += d
         stats.verify_seconds += v
         stats.overhead_seconds += o
@@ -225,9 +239,12 @@ DEMO_PROMPTS = (
 
 
 def demo_turns() -> list[list[Event]]:
-    """Two turns: multi-draft block verification, then PARSE with a rejected tail."""
+    """Two turns: multi-draft block verification with a prompt lookup (`--spec-type
+    ngram,draft`: "function that reverses a" is copied from the prompt), then PARSE with a
+    rejected tail."""
     turn1: list[Iteration] = [
-        (["Here", " is", " a", " simple"], [], " way", "bonus"),
+        (["Here", " is", " a"], [" simple"], " Python", "correction"),
+        ([" function", " that", " reverses", " a"], [], " string", "bonus"),  # the prompt lookup
         ([":\n\n", "```python", "\n"], ["import"], "def", "correction"),
         ([" reverse", "(s", ":", " str"], [], ")", "bonus"),
         ([" ->", " str", ":\n", "    return"], [], " s", "bonus"),
@@ -238,7 +255,7 @@ def demo_turns() -> list[list[Event]]:
         (["."], [" It", " is", " fast"], "", "correction"),
     ]
     note = "mdbv K=2 L=4: predicted 41 tok/s vs AR 24 tok/s"
-    t1 = block_turn(turn1, method="mdbv", K=2, L=4, choice_note=note)
+    t1 = block_turn(turn1, method="mdbv", K=2, L=4, choice_note=note, lookups={1: "ngram"})
     drafted = (
         "Sure:\n\n```python\ndef reverse(s):\n    if s is None:\n        return None\n"
         "    return s.reverse()\n```"
