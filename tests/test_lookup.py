@@ -211,6 +211,11 @@ def test_stacked_lookup_and_draft_in_one_pass_give_ar_text(smol, method, K):
     assert st.proposed["ngram"][0] > 0 and st.draft_calls > 0  # both drafted
     assert st.proposed["ngram"][1] > 0  # and the lookup's draft won some iterations
     assert st.target_calls == st.iterations < st.n_tokens  # one target pass per iteration
+    from localspec.events import Accepted
+
+    evs = list(s.generate(EDIT, greedy(method, K=K, L=5, spec_type=("ngram+draft",))))
+    by = {ev.source for ev in evs if isinstance(ev, Accepted) and ev.tokens}
+    assert by == {"ngram", "draft"}  # each kept span names the proposer that drafted it
 
 
 def test_auto_without_a_draft_model_uses_lookups_where_the_gate_says_they_pay(smollm2_path, monkeypatch, tmp_path):

@@ -129,12 +129,14 @@ def spec_iteration(turn: Turn, st: SpecSettings, proposer: Proposer, rng: NumpyR
     stats.target_calls += 1
     stats.draft_calls += trie.draft_calls
     stats.record(d.tau, own)
+    source = trie.source
     if trie.source == STACK:  # the lookup's draft 0 beside the model's: count the lookup's
         lookup = proposer.lookup_source
+        source = lookup if d.k == 0 else "draft"  # who wrote the draft the verifier kept
         stats.record_proposed(lookup, trie.length(0), d.tau if d.k == 0 else 0)
     elif trie.source != "draft":
         stats.record_proposed(trie.source, own, d.tau)
-    events = _events(turn, x, d, acc, own, trie.source)
+    events = _events(turn, x, d, acc, own, source)
     t3 = time.perf_counter()
     stats.draft_seconds += t1 - t0
     stats.verify_seconds += t2 - t1
