@@ -235,6 +235,9 @@ def test_provenance_reassembles_exactly(client):
     assert sum(s["tokens"] for s in whole) == ref.usage.completion_tokens
     assert all(s["text"] or s["tokens"] for s in whole)
     assert "draft" in kinds and kinds & {"correction", "bonus"}  # sd: accepted drafts and target tokens
+    # accepted draft text names its proposer (here the draft model); nothing else carries one
+    assert {s.get("proposer") for s in whole if s["kind"] == "draft"} == {"draft"}
+    assert all("proposer" not in s for s in whole if s["kind"] != "draft")
 
 
 def test_stop_sequences(client):

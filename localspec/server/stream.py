@@ -87,15 +87,20 @@ def localspec_info(done: Done, req: GenRequest, queue_seconds: float, draft: str
     return info
 
 
-def add_segment(segments: list[dict], kind: str, text: str, tokens: int, segment: str | None = None) -> None:
-    """Append provenance, merging with the previous segment of the same kind (and segment)."""
-    if segments and segments[-1]["kind"] == kind and segments[-1].get("segment") == segment:
-        segments[-1]["text"] += text
-        segments[-1]["tokens"] += tokens
+def add_segment(segments: list[dict], kind: str, text: str, tokens: int, segment: str | None = None,
+                proposer: str | None = None) -> None:
+    """Append provenance, merging with the previous segment of the same kind (and segment,
+    and for draft text the same proposer: "draft" the draft model, "ngram"/"suffix" a lookup)."""
+    last = segments[-1] if segments else None
+    if last and last["kind"] == kind and last.get("segment") == segment and last.get("proposer") == proposer:
+        last["text"] += text
+        last["tokens"] += tokens
     elif text or tokens:
         seg = {"kind": kind, "text": text, "tokens": tokens}
         if segment is not None:
             seg["segment"] = segment
+        if proposer is not None:
+            seg["proposer"] = proposer
         segments.append(seg)
 
 

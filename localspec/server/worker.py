@@ -53,7 +53,7 @@ class Job:
     """One request on its way through the worker.
 
     Items put on `items` (in order): ("start",) once the prompt is evaluated, then
-    ("text", text, kind, n_tokens) pieces, then ("done", Done); or a single
+    ("text", text, kind, n_tokens[, segment, proposer]) pieces, then ("done", Done); or a single
     ("error", exception) when generation could not start or failed.
     """
 
@@ -242,7 +242,7 @@ class Worker:
                         done = ev
                 elif isinstance(ev, Accepted):
                     if ev.tokens:
-                        job.send(("text", ev.text, "draft", len(ev.tokens)))
+                        job.send(("text", ev.text, "draft", len(ev.tokens), None, ev.source))
                 elif isinstance(ev, Written):
                     job.send(("text", ev.text, ev.kind, len(ev.tokens)))
                 elif isinstance(ev, Done):
