@@ -104,3 +104,23 @@ def test_np_out_of_range_is_one_line_exit_2():
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "-np/--parallel must be in 1..16" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_follow_up_goes_to_the_slot_that_holds_its_conversation(slots_srv):
+    """Sequential chats A, B, then B's second turn: B2 lands on B1's slot (llama-server's slot
+    similarity; the least recently used slot would be A's), so the KV cache there serves its
+    history: all of B1's prompt is cached."""
+    def chat(messages: list[dict]) -> dict:
+        r = httpx.post(slots_srv.url + "/v1/chat/completions", timeout=120,
+                       json={"messages": messages, "max_tokens": 8, "temperature": 0})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    chat([{"role": "user", "content": "Write a short poem about the moon and the tide at night."}])
+    a1 = [{"role": "user", "content": "Name three rivers in Europe, one per line, with their lengths."}]
+    ra = chat(a1)
+    a2 = [*a1, {"role": "assistant", "content": ra["choices"][0]["message"]["content"]},
+          {"role": "user", "content": "And in Asia?"}]
+    r2 = chat(a2)
+    cached = r2["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= ra["usage"]["prompt_tokens"] - 1, (cached, ra["usage"])

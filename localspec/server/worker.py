@@ -34,6 +34,7 @@ from localspec.session import Session
 log = logging.getLogger("localspec.server")
 
 _ids = itertools.count(1)
+SIMILAR = 0.5  # a request reuses a slot's cache when it shares this much of its prompt (llama-server's default)
 
 
 class QueueFull(Exception):
@@ -103,12 +104,26 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self._avg_seconds = 2.0  # running mean of service time, for Retry-After
         self.served: deque[Served] = deque(maxlen=256)
+        # several slots: a dispatcher hands each job to the idle slot whose last request
+        # shares the longest prefix with it (its KV cache then holds most of the prompt,
+        # llama-server's slot similarity); one slot reads the queue itself
+        many = len(self.sessions) > 1
+        self._inbox: list[queue.Queue[Job | None]] | None = [queue.Queue() for _ in self.sessions] if many else None
+        self._idle = threading.Condition()
+        self._free: set[int] = set(range(len(self.sessions)))
+        self._keys: list[str] = [""] * len(self.sessions)
+        self._used: list[int] = [0] * len(self.sessions)  # when each slot last took a job (LRU)
+        self._tick = 0
 
     # ------------------------------------------------------------------ event-loop side
     def start(self) -> None:
         if not self._threads:
             for i in range(len(self.sessions)):
                 t = threading.Thread(target=self._run, args=(i,), name=f"localspec-slot-{i}", daemon=True)
+                t.start()
+                self._threads.append(t)
+            if self._inbox is not None:
+                t = threading.Thread(target=self._dispatch, name="localspec-dispatch", daemon=True)
                 t.start()
                 self._threads.append(t)
 
@@ -170,7 +185,7 @@ class Worker:
     def close(self, timeout: float = 10.0) -> None:
         """Refuse new jobs, drop queued ones, stop the running ones, and end the threads."""
         self._abort()
-        for _ in self._threads:
+        for _ in self._threads if self._inbox is None else (0,):  # the dispatcher tells the slots
             try:
                 self._jobs.put(None, timeout=timeout)
             except queue.Full:  # pragma: no cover - emptied by _abort
@@ -193,27 +208,60 @@ class Worker:
                     self.sessions[i].stop()
 
     # ------------------------------------------------------------------ slot threads
-    def _run(self, slot: int) -> None:
+    def _dispatch(self) -> None:
+        """Wait for an idle slot, take the next job, give it to the idle slot that served
+        the most similar request (a job stays in the bounded queue until a slot is free)."""
+        assert self._inbox is not None
         while True:
+            with self._idle:
+                self._idle.wait_for(lambda: bool(self._free))
             job = self._jobs.get()
             if job is None:
+                for box in self._inbox:
+                    box.put(None)
                 return
-            if job.cancelled.is_set():
-                self.served.append(Served(job.id, "skipped", 0, True))
-                job.send(("error", ShuttingDown()) if self._closing else ("cancelled",))
-                continue
-            with self._lock:
-                self._current[slot] = job
-            t0 = time.perf_counter()
-            job.started = t0
+            key = _key(job.req)
+            with self._idle:
+                free = sorted(self._free)
+                slot = max(free, key=lambda i: _common(self._keys[i], key))
+                if _common(self._keys[slot], key) < SIMILAR * len(key):  # a new conversation:
+                    slot = min(free, key=lambda i: self._used[i])  # the least recently used slot
+                self._free.discard(slot)
+                self._keys[slot] = key
+                self._tick += 1
+                self._used[slot] = self._tick
+            self._inbox[slot].put(job)
+
+    def _run(self, slot: int) -> None:
+        while True:
+            job = self._jobs.get() if self._inbox is None else self._inbox[slot].get()
+            if job is None:
+                return
             try:
-                with self.pool.active(slot) if self.pool is not None else nullcontext():
-                    self._serve(job, self.sessions[slot])
+                self._one(slot, job)
             finally:
-                with self._lock:
-                    self._current[slot] = None
-                job.finished = True
-                self._avg_seconds = 0.8 * self._avg_seconds + 0.2 * (time.perf_counter() - t0)
+                with self._idle:
+                    self._free.add(slot)
+                    self._idle.notify_all()
+
+    def _one(self, slot: int, job: Job) -> None:
+        """Serve one job on `slot` (a cancelled one that never started is skipped)."""
+        if job.cancelled.is_set():
+            self.served.append(Served(job.id, "skipped", 0, True))
+            job.send(("error", ShuttingDown()) if self._closing else ("cancelled",))
+            return
+        with self._lock:
+            self._current[slot] = job
+        t0 = time.perf_counter()
+        job.started = t0
+        try:
+            with self.pool.active(slot) if self.pool is not None else nullcontext():
+                self._serve(job, self.sessions[slot])
+        finally:
+            with self._lock:
+                self._current[slot] = None
+            job.finished = True
+            self._avg_seconds = 0.8 * self._avg_seconds + 0.2 * (time.perf_counter() - t0)
 
     def _serve(self, job: Job, session: Session) -> None:
         req = job.req
@@ -262,3 +310,22 @@ class Worker:
         self.served.append(Served(job.id, done.reason, done.stats.n_tokens, job.cancelled.is_set()))
         sp = getattr(events, "splitter", None)
         job.send(("done", done, (sp.reasoning, sp.answer) if split and sp is not None else None))
+
+
+def _key(req: GenRequest) -> str:
+    """What a request's prompt starts with, as text (chat: the messages in order)."""
+    p = req.prompt
+    if isinstance(p, str):
+        return p
+    return "\x1e".join(f"{m.get('role')}\x1f{m.get('content')}" if isinstance(m, dict) else str(m) for m in p)
+
+
+def _common(a: str, b: str) -> int:
+    """Length of the common prefix of two strings."""
+    n = min(len(a), len(b))
+    i = 0
+    while i + 256 <= n and a[i : i + 256] == b[i : i + 256]:  # whole blocks first, then characters
+        i += 256
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
