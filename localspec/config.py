@@ -47,10 +47,12 @@ SPECULATIVE = tuple(m.name for m in METHOD_TABLE.values() if m.verifier)  # K x 
 
 # who writes the drafts (`--spec-type`, llama.cpp's flag; its names are accepted too):
 # `draft` the draft model, `ngram` a lookup in the turn's own history (no model call),
-# `suffix` a frequency-counted suffix structure over the whole session (no model call)
+# `suffix` a frequency-counted suffix structure over the whole session (no model call),
+# `mtp` the target's own MTP head (its nextn layers; decode/mtp.py)
 PROPOSERS = {"draft": "draft", "draft-simple": "draft", "ngram": "ngram", "ngram-simple": "ngram",
-             "suffix": "suffix"}
+             "suffix": "suffix", "mtp": "mtp", "draft-mtp": "mtp"}
 LOOKUPS = ("ngram", "suffix")  # the proposers that call no model: point-mass drafts, one continuation
+ONE_CHAIN = (*LOOKUPS, "mtp")  # the proposers that draft one continuation (-K 1)
 
 
 @dataclass
@@ -170,9 +172,9 @@ class GenConfig:
             bad = [t for t in self.spec_type if t not in PROPOSERS]
             if bad or not self.spec_type:
                 raise ConfigError(f"--spec-type: {', '.join(bad) or 'empty'} is not a proposer "
-                                  f"(use draft, ngram, suffix, or several: ngram,draft)")
+                                  f"(use draft, ngram, suffix, mtp, or several: ngram,draft)")
             self.spec_type = tuple(dict.fromkeys(PROPOSERS[t] for t in self.spec_type))
-            lookup = next((t for t in self.spec_type if t in LOOKUPS), None)
+            lookup = next((t for t in self.spec_type if t in ONE_CHAIN), None)
             if lookup and self.K > 1 and not self.auto_K:
                 raise ConfigError(f"--spec-type {lookup} drafts one continuation: use -K 1 (got -K {self.K})")
         if not 1 <= self.ngram_min <= self.ngram_max <= 64:

@@ -111,13 +111,14 @@ class Stats:
     # target pass, seconds per pass); (1.0, 1.0, an AR step) when it chose AR. A bench sets
     # this promise beside what it measured.
     predicted: list[tuple[float, float, float]] = field(default_factory=list)
-    # of `drafted`, per proposer that calls no model ("ngram", "suffix"): (tokens it drafted,
-    # tokens the target accepted); the draft model's are the rest
+    # of `drafted`, per proposer other than the draft model ("ngram", "suffix": no model call;
+    # "mtp": the target's own head): (tokens it drafted, tokens the target accepted); the
+    # draft model's are the rest
     proposed: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def lookup_drafted(self) -> int:
-        """Tokens the model-free proposers drafted (every lookup together)."""
+        """Tokens the proposers other than the draft model drafted (lookups, the MTP head)."""
         return sum(d for d, _ in self.proposed.values())
 
     @property
@@ -126,7 +127,7 @@ class Stats:
         return sum(a for _, a in self.proposed.values())
 
     def record_proposed(self, source: str, drafted: int, accepted: int) -> None:
-        """Account a verification of a model-free proposer's draft."""
+        """Account a verification of a draft that is not the draft model's."""
         d, a = self.proposed.get(source, (0, 0))
         self.proposed[source] = (d + drafted, a + accepted)
 
@@ -212,10 +213,11 @@ class Stats:
             "block_efficiency": self.block_efficiency,
             "drafted": self.drafted,
             "accepted_lengths": list(self.accepted_lengths),
-            # per proposer: the lookups' drafts (no model call) and the draft model's
+            # per proposer: the lookups' drafts (no model call), the MTP head's when it drafted,
+            # and the draft model's
             "proposers": {
                 **{k: {"drafted": self.proposed.get(k, (0, 0))[0], "accepted": self.proposed.get(k, (0, 0))[1]}
-                   for k in LOOKUPS},
+                   for k in (*LOOKUPS, *(("mtp",) if "mtp" in self.proposed else ()))},
                 "draft": {"drafted": self.drafted - self.lookup_drafted,
                           "accepted": sum(self.accepted_lengths) - self.lookup_accepted}},
             "draft_seconds": self.draft_seconds,
