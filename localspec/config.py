@@ -48,10 +48,12 @@ SPECULATIVE = tuple(m.name for m in METHOD_TABLE.values() if m.verifier)  # K x 
 
 # who writes the drafts (`--spec-type`, llama.cpp's flag; its names are accepted too):
 # `draft` the draft model, `ngram` a lookup in the turn's own history (no model call),
-# `suffix` a frequency-counted suffix structure over the whole session (no model call)
+# `suffix` a frequency-counted suffix structure over the whole session (no model call),
+# `mtp` the target's own MTP head (its nextn layers; decode/mtp.py)
 PROPOSERS = {"draft": "draft", "draft-simple": "draft", "ngram": "ngram", "ngram-simple": "ngram",
-             "suffix": "suffix"}
+             "suffix": "suffix", "mtp": "mtp", "draft-mtp": "mtp"}
 LOOKUPS = ("ngram", "suffix")  # the proposers that call no model: point-mass drafts, one continuation
+ONE_CHAIN = (*LOOKUPS, "mtp")  # the proposers that draft one continuation (-K 1)
 
 
 def _spec_types(given: tuple[str, ...]) -> tuple[str, ...]:
@@ -211,7 +213,7 @@ class GenConfig:
             if self.stacked and not METHOD_TABLE[self.method].lossless:
                 raise ConfigError(f"--spec-type {'+'.join(sorted(self.kinds))} stacks drafts from different "
                                   f"proposers, which only rrs verifies exactly; --method {self.method} cannot")
-            lookup = next((t for t in self.spec_type if t in LOOKUPS), None)
+            lookup = next((t for t in self.spec_type if t in ONE_CHAIN), None)
             if lookup and self.K > 1 and not self.auto_K:
                 raise ConfigError(f"--spec-type {lookup} drafts one continuation: use -K 1 (got -K {self.K}), "
                                   f"or stack it beside K model drafts: --spec-type {lookup}+draft")

@@ -119,13 +119,14 @@ class Stats:
     # target pass, seconds per pass); (1.0, 1.0, an AR step) when it chose AR. A bench sets
     # this promise beside what it measured.
     predicted: list[tuple[float, float, float]] = field(default_factory=list)
-    # of `drafted`, per proposer that calls no model ("ngram", "suffix"): (tokens it drafted,
-    # tokens the target accepted); the draft model's are the rest
+    # of `drafted`, per proposer other than the draft model ("ngram", "suffix": no model call;
+    # "mtp": the target's own head): (tokens it drafted, tokens the target accepted); the
+    # draft model's are the rest
     proposed: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def lookup_drafted(self) -> int:
-        """Tokens the model-free proposers drafted (every lookup together)."""
+        """Tokens the proposers other than the draft model drafted (lookups, the MTP head)."""
         return sum(d for d, _ in self.proposed.values())
 
     @property
@@ -137,12 +138,12 @@ class Stats:
         """(drafted, accepted) tokens of every proposer, each lookup and the draft model
         ("draft": what the lookups did not draft), zeros included: one shape for `run --json`,
         the TUI's panel and the stats line."""
-        out = {k: self.proposed.get(k, (0, 0)) for k in LOOKUPS}
+        out = {k: self.proposed.get(k, (0, 0)) for k in (*LOOKUPS, *(("mtp",) if "mtp" in self.proposed else ()))}
         out["draft"] = (self.drafted - self.lookup_drafted, sum(self.accepted_lengths) - self.lookup_accepted)
         return out
 
     def record_proposed(self, source: str, drafted: int, accepted: int) -> None:
-        """Account a verification of a model-free proposer's draft."""
+        """Account a verification of a draft that is not the draft model's."""
         d, a = self.proposed.get(source, (0, 0))
         self.proposed[source] = (d + drafted, a + accepted)
 

@@ -85,6 +85,8 @@ def open_pool(target: str, draft: str | None, options: SessionOptions, n_slots: 
         raise ConfigError(f"-np/--parallel must be in 1..{MAX_SLOTS} (got {n_slots})")
     if n_slots * options.n_seq_max > 256:
         raise ConfigError(f"-np {n_slots} x {options.n_seq_max} sequences per slot exceeds llama.cpp's 256")
+    if options.mtp and n_slots > 1:  # its context follows one history: the base context's main sequence
+        raise ConfigError("--spec-type mtp runs with one slot (-np 1): the MTP head follows one history")
     base = open_session(target, draft, pool_options(options, n_slots), progress)
     try:
         return Pool(base, n_slots)

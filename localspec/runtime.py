@@ -18,11 +18,13 @@ from localspec import costmodel
 from localspec.backend import Context, Model, check_vocab_compat
 from localspec.backend.chat import ChatTemplate
 from localspec.backend.logs import configure_logging
+from localspec.backend.mtp import MtpHead
 from localspec.backend.offload import plan_pair
 from localspec.config import LOOKUPS, METHOD_TABLE, GenConfig
 from localspec.costmodel import CostModel
 from localspec.decode.autoregressive import ar_loop
 from localspec.decode.emitter import Emitter
+from localspec.decode.mtp import mtp_config
 from localspec.decode.state import KVState
 from localspec.decode.suffix import SuffixStore
 from localspec.decode.turn import Turn
@@ -66,7 +68,7 @@ def load_session(
     say(f"loading {target}", 0.3)
     configure_logging(options.verbose)  # -v shows the backends' start-up lines too
     plan = plan_pair(options, tpath, dpath)  # where layers go (GPU offload), draft first
-    tmodel = Model(tpath, verbose=options.verbose, load=options.target_load, placement=plan.target)
+    tmodel = Model(tpath, verbose=options.verbose, load=options.target_load, placement=plan.target, load_mtp=options.mtp)
     dmodel = None
     if dpath:
         say(f"loading {draft}", 0.6)
@@ -100,6 +102,7 @@ class RuntimeSession:
                       threads=options.threads, rs_snapshots=options.rs_snapshots)
         self.target, self.draft = states or (KVState(Context(target, **ctx_kw)),
                                              KVState(Context(draft, **ctx_kw)) if draft else None)
+        self.mtp = MtpHead(self.target.ctx) if options.mtp and states is None else None  # the target's own draft
         self.template = ChatTemplate(target)
         self.messages: list[dict[str, str]] = []
         self._stop = StopFlag()
@@ -125,6 +128,8 @@ class RuntimeSession:
         self._last = None
 
     def close(self) -> None:
+        if self.mtp is not None:  # it reads the target context: freed first
+            self.mtp.close()
         self.target.ctx.close()
         if self.draft:
             self.draft.ctx.close()
@@ -359,6 +364,7 @@ class RuntimeSession:
                 self.progress(ev.message, ev.fraction)
 
     def _generate(self, tokens: list[int], cfg: GenConfig, prompt_text: str | None) -> Iterator[Event]:
+        cfg = mtp_config(cfg, self.mtp)
         self._check(cfg)
         cfg = self._fit_memory(cfg)
         self._last = None
@@ -401,6 +407,7 @@ class RuntimeSession:
             method=method,
             costs=costs,
             suffix=self._suffix_store(cfg) if method != "ar" else None,
+            mtp=self.mtp,
         )
         reason = None
         message = ""

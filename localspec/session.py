@@ -64,6 +64,7 @@ class SessionOptions:
     recalibrate: bool = False  # re-time the cost model's curves on first use (--recalibrate)
     rpc: list[str] = field(default_factory=list)  # HOST:PORT of llama.cpp RPC servers to register
     rs_snapshots: int = 16  # recurrent-state snapshots per sequence (--rs-snapshots; llama.cpp's n_rs_seq)
+    mtp: bool = False  # load the target's MTP head (its nextn layers) for --spec-type mtp
 
 
 @runtime_checkable

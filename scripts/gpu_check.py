@@ -7,7 +7,11 @@ Reports, as JSON and as a short text summary:
   2. greedy output of speculative methods vs AR on the GPU (token ids compared);
   3. the target's decode cost for batches of 1..64 tokens on the GPU vs the CPU;
   4. the speedup the cost model predicts for the default pair's measured acceptance
-     (bench/results/speed-q4-greedy.json, sd L=8) on the GPU curves and on the CPU curves.
+     (bench/results/speed-q4-greedy.json, sd L=8) on the GPU curves and on the CPU curves;
+  5. the recurrent-memory paths and the target's MTP head (`--spec-type mtp`) on tiny
+     random models: greedy equality with AR, and for the head its drafted/accepted tokens
+     and ms per draft call. Its speedup is "not measured": random weights say nothing
+     about a real head's acceptance (no real MTP weights were reachable when it was written).
 
 Models are random-weight GGUFs of Qwen2.5 shapes (scripts/gpu_check_gguf.py): the default
 pair's shapes (1.5B <- 0.5B) and a 7B target. --allow-cpu runs it all without a GPU
@@ -182,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     if "t7b" in gpu:
         report["predicted"]["7B <- 1.5B shapes on the GPU"] = predict(gpu["t7b"], gpu["t1.5b"], alpha)
     report["recurrent_memories"] = memory_paths(a.models, a.n, a.ctx, a.threads)
+    report["mtp_head"] = mtp_head(a.models, a.n, a.ctx, a.threads)
     report["seconds"] = round(time.time() - t0, 1)
     a.out.write_text(json.dumps(report, indent=1, default=str))
     print(summary(report))
@@ -189,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_tiny_pairs(d: Path) -> int:
-    """Tiny qwen35 (hybrid, snapshots) and mamba2 (recurrent) targets and near-copy drafts."""
+    """Tiny qwen35 (hybrid, snapshots) and mamba2 (recurrent) targets and near-copy drafts,
+    and a qwen35 with an MTP block the target partly agrees with (tiny_arch's echo)."""
     sys.path.insert(0, str(ROOT))
     from tests.support.tiny_arch import DRAFT_NOISE, byte_tokenizer, write_tiny
 
@@ -198,6 +204,7 @@ def write_tiny_pairs(d: Path) -> int:
     for arch in ("qwen35", "mamba2"):
         write_tiny(d / f"{arch}.gguf", arch, tok, seed=0)
         write_tiny(d / f"{arch}-draft.gguf", arch, tok, seed=0, noise=DRAFT_NOISE)
+    write_tiny(d / "qwen35-mtp.gguf", "qwen35", tok, seed=0, nextn=1, echo=0.1)
     return 0
 
 
@@ -218,6 +225,29 @@ def memory_paths(models: Path, n: int, n_ctx: int, threads: int | None) -> dict:
         sd = sess.last_tokens
         out[label] = {"equal": sd == ar, "n_tokens": len(ar), "placement": sess.target_model.placement.summary()}
         sess.close()
+    return out
+
+
+def mtp_head(models: Path, n: int, n_ctx: int, threads: int | None) -> dict:
+    """The target's MTP head on the GPU: greedy sd --spec-type mtp == AR on the tiny qwen35
+    with a nextn block, its drafted and accepted tokens, ms per head decode. The speedup is
+    not measured: a random head's acceptance says nothing about a real one's."""
+    t = models / "qwen35-mtp.gguf"
+    if not t.exists():
+        return {}
+    sess, loaded = load_logged(t, None, SessionOptions(n_ctx=n_ctx, threads=threads, mtp=True))
+    prompt = [int(x) for x in np.random.default_rng(3).integers(0, 256, size=16)]
+    list(sess.generate(prompt, GenConfig(method="ar", n_predict=n)))
+    ar = sess.last_tokens
+    done = list(sess.generate(prompt, GenConfig(method="sd", K=1, L=3, n_predict=n, spec_type=("mtp",),
+                                                dynamic_draft=False)))[-1]
+    st = done.stats
+    drafted, accepted = st.proposed.get("mtp", (0, 0))
+    out = {"equal": sess.last_tokens == ar, "n_tokens": len(ar), "drafted": drafted, "accepted": accepted,
+           "head_ms_per_call": round(1e3 * st.draft_seconds / max(st.draft_calls, 1), 3),
+           "speedup": "not measured (random weights: no real MTP head was reachable)",
+           "placement": sess.target_model.placement.summary(), "llama_cpp": loaded["llama_cpp"]}
+    sess.close()
     return out
 
 
@@ -246,6 +276,12 @@ def summary(r: dict) -> str:
     for label, v in r.get("recurrent_memories", {}).items():
         lines.append(f"greedy sd vs AR, {label} ({v['placement']}), {v['n_tokens']} tokens: "
                      + ("equal" if v["equal"] else "DIFFERENT"))
+    m = r.get("mtp_head")
+    if m:
+        lines.append(f"greedy sd --spec-type mtp vs AR ({m['placement']}), {m['n_tokens']} tokens: "
+                     + ("equal" if m["equal"] else "DIFFERENT")
+                     + f"; head drafted {m['drafted']}, accepted {m['accepted']}, {m['head_ms_per_call']} ms per "
+                     f"head call; speedup {m['speedup']}")
     lines.append(f"measured in {r['seconds']} s")
     return "\n".join(lines)
 

@@ -164,7 +164,7 @@ run_check() {
         [ -f "$work/models/$name.gguf" ] || { phase "writing a random $shape GGUF"; \
             "$PY" "$proj/scripts/gpu_check_gguf.py" "$work/models/$name.gguf" --shape "$shape" --seed "$seed"; }
     done
-    [ -f "$work/models/qwen35.gguf" ] || { phase "writing tiny hybrid/recurrent GGUFs"; \
+    [ -f "$work/models/qwen35-mtp.gguf" ] || { phase "writing tiny hybrid/recurrent/MTP GGUFs"; \
         "$PY" "$proj/scripts/gpu_check.py" --write-tiny "$work/models"; }
     phase "devices and placement"
     "$PY" -m localspec.cli devices -m "$work/models/t1.5b.gguf" -md "$work/models/d0.5b.gguf" | tee "$report/devices.txt"

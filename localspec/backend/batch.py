@@ -71,6 +71,13 @@ class Batch:
             row = self.add(t, pos0 + j, seq_ids, logits_last and j == len(toks) - 1)
         return row
 
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Tokens, positions and first sequence ids of the items added (copies): what a
+        decode evaluated, for whoever reads its hidden rows after it (backend/mtp.py)."""
+        n = self.n
+        first = np.fromiter((r[0] for r in self._seq_rows[:n]), np.int64, n)
+        return self._token[:n].copy(), self._pos[:n].copy(), first
+
     @property
     def raw(self) -> llama_cpp.llama_batch:
         self._raw.n_tokens = self.n

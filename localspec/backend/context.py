@@ -112,6 +112,8 @@ class Context:
         self.n_rs_seq = int(llama_cpp.llama_n_rs_seq(ptr)) if memory.has_state else 0
         self.threads = threads
         self.on_decode: Callable[[int, float], None] | None = None  # (n tokens, seconds) after each decode
+        # the batch of every decode, once it succeeded (the MTP head reads the hidden rows)
+        self.after_decode: Callable[[Batch], None] | None = None
         self.n_vocab = model.n_vocab
         self.batch = Batch(self.n_batch, n_seq_max)
         self.n_decodes = 0
@@ -163,6 +165,8 @@ class Context:
         self.n_evaluated += b.n
         self._n_outputs = b.n_outputs
         self._view = None
+        if self.after_decode is not None:
+            self.after_decode(b)
 
     def logits(self, row: int) -> np.ndarray:
         """Logits of output row `row` (the value Batch.add returned): a float32 view."""

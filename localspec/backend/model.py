@@ -32,7 +32,8 @@ class Model:
     `load` says where its layers may go (-ngl, -dev, -sm, -ts, -mg; its flash-attention,
     KV-offload and thread settings reach the contexts made on it); `placement` is the plan
     computed for it (localspec.backend.offload.plan_pair plans target and draft jointly);
-    without one the model is planned alone.
+    without one the model is planned alone. `load_mtp` loads the GGUF's nextn (MTP)
+    layers too, for backend/mtp.py's head (llama.cpp skips them otherwise).
     """
 
     def __init__(
@@ -43,6 +44,7 @@ class Model:
         use_mmap: bool = True,
         load: LoadOptions | None = None,
         placement: Placement | None = None,
+        load_mtp: bool = False,
     ) -> None:
         path = Path(path)
         if not path.is_file():
@@ -51,7 +53,7 @@ class Model:
         load = load or LoadOptions()
         if placement is None:
             placement = plan_models(SessionOptions(), [("target", path, load)])[0]
-        params, keep = model_params(load, placement, use_mmap=use_mmap)
+        params, keep = model_params(load, placement, use_mmap=use_mmap, load_mtp=load_mtp)
         ptr = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not ptr:
             raise BadModelFileError(
@@ -63,6 +65,7 @@ class Model:
         self.ptr = ptr
         self.load = load
         self.placement = placement
+        self.load_mtp = load_mtp  # its nextn layers are loaded (an MTP head can run on it)
         self._params_keep = keep  # the device list and split the params point to (row split reads it later)
         self.vocab = llama_cpp.llama_model_get_vocab(ptr)
         self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self.vocab)

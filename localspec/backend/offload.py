@@ -131,12 +131,16 @@ def plan_pair(options: SessionOptions, target: str | Path, draft: str | Path | N
     return PairPlacement(placed[0], placed[1] if draft is not None else None)
 
 
-def model_params(load: LoadOptions, placement: Placement | None, *, use_mmap: bool = True):
+def model_params(load: LoadOptions, placement: Placement | None, *, use_mmap: bool = True,
+                 load_mtp: bool = False):
     """llama_model_params for a load, and the ctypes arrays it points to (keep them alive).
 
-    Callable without loading anything, so tests can inspect what reaches llama.cpp.
+    load_mtp: also load the GGUF's nextn (MTP) layers, which llama.cpp skips by default
+    (the MTP head's context needs them). Callable without loading anything, so tests can
+    inspect what reaches llama.cpp.
     """
     p = llama_cpp.llama_model_default_params()
+    p.load_mtp = load_mtp
     if not use_mmap:
         p.load_mode = 0  # LLAMA_LOAD_MODE_NONE: read the file instead of mapping it
     keep: list[object] = []

@@ -237,7 +237,8 @@ def build_speculative_cmd(
     generation and batch, as localspec uses; sampler defaults equal localspec's.
     """
     t = str(threads)
-    uses_draft = any(kind.startswith("draft") for kind in spec_type.split(","))
+    # draft-mtp drafts with the target's own head: a -md would load a second copy as the draft
+    uses_draft = any(kind.startswith("draft") and kind != "draft-mtp" for kind in spec_type.split(","))
     return [
         str(binary),
         "-m", str(target),

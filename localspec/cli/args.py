@@ -8,7 +8,7 @@ from localspec.cli.input import arg_text
 from localspec.cli.offload import add_offload_args, load_options
 from localspec.cli.reasoning import add_reasoning_args
 from localspec.cli.rpc import add_rpc_arg
-from localspec.config import METHODS, GenConfig, ParseConfig, SamplingConfig
+from localspec.config import METHODS, PROPOSERS, GenConfig, ParseConfig, SamplingConfig
 from localspec.sampling_defaults import LLAMA_CPP_DEFAULTS
 from localspec.session import SessionOptions
 from localspec.settings import Asked, typed_of
@@ -50,9 +50,10 @@ def add_gen_args(p: argparse.ArgumentParser) -> None:
                    help="who drafts, tried in this order each iteration (llama.cpp's flag): draft (the draft "
                    "model, -md), ngram (a lookup in the prompt and the answer so far: no model call, pays "
                    "on edits and quotes), suffix (the most frequent continuation in everything the session "
-                   "saw: every turn, every served request; no model call), or several: ngram,draft (the first "
-                   "that drafts), ngram+draft (stacked: the lookup's draft beside -K model drafts in ONE "
-                   "target pass, verified by rrs). "
+                   "saw: every turn, every served request; no model call), mtp (the target's own MTP head: "
+                   "Qwen3.5/3.6, GLM-4.5+, DeepSeek-V3, MiMo GGUFs with nextn layers; one draft, -L 3 by "
+                   "default), or several: ngram,draft (the first that drafts), ngram+draft (stacked: the "
+                   "lookup's draft beside -K model drafts in ONE target pass, verified by rrs). "
                    "Default: the draft model; auto also uses the lookups where the cost model says they "
                    "pay, and with no -md the lookups alone")
     g.add_argument("--spec-ngram-min", type=int, default=2, metavar="N", help="shortest n-gram a lookup matches")
@@ -142,4 +143,6 @@ def session_options(a: argparse.Namespace) -> SessionOptions:
     return SessionOptions(n_ctx=a.ctx, n_batch=a.batch, threads=a.threads, verbose=a.verbose,
                           rpc=list(getattr(a, "rpc", [])), target_load=target_load, draft_load=draft_load,
                           recalibrate=getattr(a, "recalibrate", False),
-                          rs_snapshots=getattr(a, "rs_snapshots", 16))
+                          rs_snapshots=getattr(a, "rs_snapshots", 16),
+                          # the head's layers are loaded with the model: only when asked for
+                          mtp=any(PROPOSERS.get(t) == "mtp" for t in getattr(a, "spec_type", None) or ()))

@@ -138,6 +138,7 @@ def measure_steps(
         # empty scratch sequence, dropped whole between repeats (what the memory allows)
         depth = 0
     hook, ctx.on_decode = getattr(ctx, "on_decode", None), None  # scratch decodes are not live evidence
+    tap, ctx.after_decode = getattr(ctx, "after_decode", None), None  # nor history (backend/mtp.py)
     try:
         b = ctx.batch
         if depth:
@@ -170,6 +171,7 @@ def measure_steps(
         return CostCurve(todo, out)
     finally:
         ctx.on_decode = hook
+        ctx.after_decode = tap
 
 
 def measure(ctx: Context, sizes: tuple[int, ...] = BATCH_SIZES, reps: int = 5, depth: int = 64) -> CostCurve:

@@ -50,12 +50,13 @@ class DraftTrie:
     q: list[list[SparseRow]] = field(default_factory=list)  # q[k][i] = row token i was drawn from
     conf: list[list[float]] = field(default_factory=list)  # conf[k][i] = draft's confidence at token i
     evaluated_depth: int = 0  # deepest level the draft decoded (for the decode count)
-    source: str = "draft"  # the proposer that wrote it: "draft" (the model) or "ngram" (a lookup)
+    source: str = "draft"  # the proposer that wrote it: "draft" (the model), "mtp" (the target's head), "ngram", ...
 
     @property
     def draft_calls(self) -> int:
-        """Draft-model decodes it took: the pending tokens' plus one per evaluated depth."""
-        return self.evaluated_depth + 1 if self.source == "draft" else 0
+        """Draft decodes it took (the draft model's or the MTP head's): the pending tokens'
+        plus one per evaluated depth; a lookup takes none."""
+        return self.evaluated_depth + 1 if self.source in ("draft", "mtp") else 0
 
     @property
     def L(self) -> int:

@@ -18,6 +18,7 @@ import numpy as np
 from localspec.decode.autoregressive import target_step
 from localspec.decode.blocks import PAD, one_hot, verify_rows
 from localspec.decode.lookup import ChainProposer, LookupProposer
+from localspec.decode.mtp import MtpProposer
 from localspec.decode.proposer import DraftStop, DraftTrie, Proposer
 from localspec.decode.stack import STACK, StackProposer
 from localspec.decode.state import MAIN, KVState
@@ -161,7 +162,9 @@ def _events(turn: Turn, x: np.ndarray, d: Decision, acc: list[int], own: int, so
     return events
 
 
-def make_proposer(turn: Turn, kinds: tuple[str, ...] | None = None) -> Proposer | LookupProposer | ChainProposer:
+def make_proposer(
+    turn: Turn, kinds: tuple[str, ...] | None = None
+) -> Proposer | LookupProposer | MtpProposer | ChainProposer:
     """The proposers --spec-type names (or `kinds`), in its order (default: the draft model)."""
     cfg = turn.cfg
     parts: list = []
@@ -174,6 +177,9 @@ def make_proposer(turn: Turn, kinds: tuple[str, ...] | None = None) -> Proposer 
         elif kind == "suffix":
             assert turn.suffix is not None, "the runtime gives a suffix turn the session's store"
             parts.append(SuffixProposer(turn.suffix, cfg.suffix_depth, cfg.suffix_min_prob, cfg.suffix_factor))
+        elif kind == "mtp":
+            assert turn.mtp is not None, "the runtime refuses mtp without a head (decode/mtp.mtp_config)"
+            parts.append(MtpProposer(turn.mtp, turn.target, cfg.draft_sampling(), turn.rng))
         elif turn.draft is not None:
             parts.append(Proposer(turn.draft, cfg.draft_sampling(), turn.rng))
     assert parts, "a speculative method with no proposer (the runtime checks for a draft)"

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from localspec.backend import Model
+from localspec.backend.mtp import MtpHead
 from localspec.config import GenConfig
 from localspec.costmodel import CostModel
 from localspec.decode.emitter import Emitter
@@ -24,7 +25,8 @@ class Turn:
     method: the loop that runs (cfg.method unless the runtime resolved it, e.g. auto with
     no draft runs "ar"); costs: the cost model `auto` (and PARSE's auto finish) decide
     with, None for fixed settings; suffix: the session's store (decode/suffix.py), which
-    outlives the turn. Loops report through `stats` and events only.
+    outlives the turn; mtp: the target's MTP head (backend/mtp.py), which follows the
+    target's context across turns. Loops report through `stats` and events only.
     """
 
     target_model: Model
@@ -39,6 +41,7 @@ class Turn:
     method: str = ""
     costs: CostModel | None = None
     suffix: SuffixStore | None = None  # the session's suffix store, when a suffix proposer may run
+    mtp: MtpHead | None = None  # the target's MTP head, when the session loaded one
     t_start: float = field(default_factory=time.perf_counter)
 
     def __post_init__(self) -> None:

@@ -87,13 +87,15 @@ def write_tiny(
     n_embd: int = 32,
     nextn: int = 0,
     n_swa: int = 8,
+    echo: float | None = None,
 ) -> Path:
     """Write a random-weight GGUF of llama.cpp architecture `arch` (one of ARCHS) to `path`.
 
     `seed` picks the weights; `noise` > 0 adds `noise` x (each tensor's std) Gaussian noise
     drawn from `noise_seed`, making a near-copy draft of the `seed` file (DRAFT_NOISE = 0.05
     agrees with the target on ~50-80% of greedy tokens).
-    `nextn` (qwen35 only, 0 or 1) appends that many MTP/nextn blocks. `n_swa` is gemma3's
+    `nextn` (qwen35 only, 0 or 1) appends that many MTP/nextn blocks; `echo` (with nextn=1)
+    makes a target whose MTP block guesses right part of the time (see _qwen35). `n_swa` is gemma3's
     sliding window in tokens. `n_embd` must be a multiple of 16. Returns `path`.
     """
     if arch not in ARCHS:
@@ -102,6 +104,8 @@ def write_tiny(
         raise ValueError(f"nextn is only written for qwen35, not {arch}")
     if nextn not in (0, 1):
         raise ValueError("llama.cpp's qwen35 MTP supports exactly one nextn block")
+    if echo is not None and not nextn:
+        raise ValueError("echo shapes the nextn block: pass nextn=1")
     if n_embd % 16:
         raise ValueError("n_embd must be a multiple of 16")
     if arch == "qwen3":
@@ -134,7 +138,7 @@ def write_tiny(
     w.add_tensor("output.weight", rand(n_vocab, n_embd, std=0.5).astype(np.float16))
 
     if arch == "qwen35":
-        _qwen35(w, rand, n_embd, nextn)
+        _qwen35(w, rand, n_embd, nextn, echo)
     elif arch == "mamba2":
         _mamba2(w, rand, n_embd)
     elif arch == "gemma3":
@@ -169,14 +173,23 @@ def _attention(w: GGUFWriter, rand: Rand, p: str, n_embd: int, n_head: int, n_he
     w.add_tensor(p + "attn_k_norm.weight", _ones(head_dim))
 
 
-def _swiglu_ffn(w: GGUFWriter, rand: Rand, p: str, n_embd: int, n_ff: int) -> None:
+def _swiglu_ffn(w: GGUFWriter, rand: Rand, p: str, n_embd: int, n_ff: int, down: float = 1.0) -> None:
     w.add_tensor(p + "ffn_gate.weight", _linear(rand, n_ff, n_embd))
     w.add_tensor(p + "ffn_up.weight", _linear(rand, n_ff, n_embd))
-    w.add_tensor(p + "ffn_down.weight", _linear(rand, n_embd, n_ff))
+    w.add_tensor(p + "ffn_down.weight", down * _linear(rand, n_embd, n_ff))
 
 
-def _qwen35(w: GGUFWriter, rand: Rand, n_embd: int, nextn: int) -> None:
-    """Qwen3.5 (llama.cpp src/models/qwen35.cpp): 3 gated-delta-net layers + 1 attention."""
+def _qwen35(w: GGUFWriter, rand: Rand, n_embd: int, nextn: int, echo: float | None = None) -> None:
+    """Qwen3.5 (llama.cpp src/models/qwen35.cpp): 3 gated-delta-net layers + 1 attention.
+
+    A random MTP block guesses tokens the target almost never emits, so a test of the
+    acceptance path would accept nothing. `echo` e scales every layer's output (attention,
+    linear attention, FFN; the trunk's and the MTP block's) by e, so the target's next token
+    is mostly a bigram of its embedding and head, and writes eh_proj = [I | e R]: the block
+    keeps the token's normed embedding and adds e times a random view of the target's hidden
+    state. The block then guesses that bigram, and the hidden state and the block's
+    attention still shape every guess (drafted tokens check the whole hand-off)."""
+    scale = 1.0 if echo is None else echo
     n_layer, interval = 4, 4
     n_head, n_head_kv, head_dim, n_ff = 2, 1, 16, 64
     # linear attention: head_k_dim = head_v_dim = d_state; k heads = group count,
@@ -204,12 +217,12 @@ def _qwen35(w: GGUFWriter, rand: Rand, n_embd: int, nextn: int) -> None:
     w.add_ssm_time_step_rank(n_v_heads)
     w.add_ssm_group_count(n_k_heads)
 
-    def attention(p: str) -> None:
+    def attention(p: str, out: float = 1.0) -> None:
         # the q projection carries q and its output gate: 2 * n_head * head_dim rows
         w.add_tensor(p + "attn_q.weight", _linear(rand, 2 * n_head * head_dim, n_embd))
         w.add_tensor(p + "attn_k.weight", _linear(rand, n_head_kv * head_dim, n_embd))
         w.add_tensor(p + "attn_v.weight", _linear(rand, n_head_kv * head_dim, n_embd))
-        w.add_tensor(p + "attn_output.weight", _linear(rand, n_embd, n_head * head_dim))
+        w.add_tensor(p + "attn_output.weight", out * _linear(rand, n_embd, n_head * head_dim))
         w.add_tensor(p + "attn_q_norm.weight", _ones(head_dim))
         w.add_tensor(p + "attn_k_norm.weight", _ones(head_dim))
 
@@ -218,7 +231,7 @@ def _qwen35(w: GGUFWriter, rand: Rand, n_embd: int, nextn: int) -> None:
         w.add_tensor(p + "attn_norm.weight", _ones(n_embd))
         w.add_tensor(p + "post_attention_norm.weight", _ones(n_embd))
         if (i + 1) % interval == 0:
-            attention(p)
+            attention(p, scale)
         else:
             w.add_tensor(p + "attn_qkv.weight", _linear(rand, conv_dim, n_embd))
             w.add_tensor(p + "attn_gate.weight", _linear(rand, value_dim, n_embd))
@@ -229,16 +242,19 @@ def _qwen35(w: GGUFWriter, rand: Rand, n_embd: int, nextn: int) -> None:
             w.add_tensor(p + "ssm_beta.weight", _linear(rand, n_v_heads, n_embd))
             w.add_tensor(p + "ssm_alpha.weight", _linear(rand, n_v_heads, n_embd))
             w.add_tensor(p + "ssm_norm.weight", _ones(d_state))
-            w.add_tensor(p + "ssm_out.weight", _linear(rand, n_embd, value_dim))
-        _swiglu_ffn(w, rand, p, n_embd, n_ff)
+            w.add_tensor(p + "ssm_out.weight", scale * _linear(rand, n_embd, value_dim))
+        _swiglu_ffn(w, rand, p, n_embd, n_ff, scale)
     for i in range(n_layer, n_layer + nextn):
         # MTP block: a full-attention block fed by eh_proj([enorm(embd); hnorm(h)])
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", _ones(n_embd))
         w.add_tensor(p + "post_attention_norm.weight", _ones(n_embd))
-        attention(p)
-        _swiglu_ffn(w, rand, p, n_embd, n_ff)
-        w.add_tensor(p + "nextn.eh_proj.weight", _linear(rand, n_embd, 2 * n_embd))
+        attention(p, scale)
+        _swiglu_ffn(w, rand, p, n_embd, n_ff, scale)
+        eh = _linear(rand, n_embd, 2 * n_embd)
+        if echo is not None:
+            eh = np.concatenate([np.eye(n_embd, dtype=np.float32), echo * eh[:, n_embd:]], axis=1)
+        w.add_tensor(p + "nextn.eh_proj.weight", eh)
         w.add_tensor(p + "nextn.enorm.weight", _ones(n_embd))
         w.add_tensor(p + "nextn.hnorm.weight", _ones(n_embd))
         w.add_tensor(p + "nextn.shared_head_norm.weight", _ones(n_embd))

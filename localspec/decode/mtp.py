@@ -1,0 +1,112 @@
+"""The target's MTP head as a proposer (`--spec-type mtp`, llama.cpp's `draft-mtp`).
+
+A Qwen3.5/3.6, GLM-4.5+, DeepSeek-V3 or MiMo target can carry its own draft: a nextn block
+trained to guess the token after next from the target's hidden state. backend/mtp.py runs
+it (an MTP context on the target model, fed the target's hidden rows); this module drafts
+with it: one chain of up to L tokens, the first guess from the pending token paired with
+the target's row before it, each next one chained on the head's own hidden row.
+
+Lossless as any draft model is: each drafted token is sampled from q = the sampling
+transform of the head's softmax (the draft's transform: the target's, at --draft-temp when
+given), and the verifier gets exactly that row, so sd, gbv and mdbv (K = 1) keep the
+target's distribution at T > 0; at T = 0 the draft is the head's argmax and a token is kept
+when the target's argmax agrees (greedy text = AR).
+
+Not built (docs/proposers.md): `auto` choosing it by itself (its cost is not priced yet, so
+`--method auto --spec-type mtp` runs sd / gbv with a fixed -L); several heads chained
+(`llama_set_nextn_layer_offset`, step35's layout); K > 1 drafts from the head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from localspec.backend.mtp import MtpHead
+from localspec.config import GenConfig, SamplingConfig
+from localspec.decode.proposer import DraftStop, DraftTrie, Node
+from localspec.decode.state import KVState
+from localspec.errors import ConfigError
+from localspec.sampling import sample_row, transform_row
+
+MTP_L = 3  # draft length without -L: llama.cpp's --spec-draft-n-max default for draft-mtp
+
+
+def mtp_config(cfg: GenConfig, head: MtpHead | None) -> GenConfig:
+    """The settings a turn that names `mtp` in --spec-type runs with, or a one-line refusal.
+
+    `auto` does not price the head (its decodes are not timed by the cost model yet): with
+    mtp it runs the lossless one-draft verifier for the sampling (sd greedy, gbv sampled)
+    without the cost model, and -L defaults to MTP_L."""
+    if "mtp" not in cfg.proposers:
+        return cfg
+    if head is None:
+        raise ConfigError("--spec-type mtp: this session has no MTP head; open it with SessionOptions(mtp=True) "
+                          "(the CLI does when --spec-type names mtp; not with -np > 1)")
+    if cfg.method == "auto":
+        cfg = replace(cfg, method="sd" if cfg.sampling.greedy else "gbv", K=1, auto_K=False)
+    if cfg.auto_L:
+        cfg = replace(cfg, L=MTP_L, auto_L=False)
+    return cfg
+
+
+class MtpProposer:
+    """Drafts one chain with the target's MTP head; same shape as decode/proposer.Proposer.
+
+    `draft` is None: the head has no KV state of its own to keep in step, it follows the
+    target's (backend/mtp.MtpHead reads every target decode), so `accept` has nothing to
+    do. `propose` returns None while the target has not evaluated every committed token
+    but the last (a recurrent target's branch that was not adopted): the head needs the
+    target's row before the pending token, so the target writes that token itself."""
+
+    draft = None
+
+    def __init__(self, head: MtpHead, target: KVState, sampling: SamplingConfig, gen: np.random.Generator) -> None:
+        self.head = head
+        self.target = target
+        self.sampling = sampling
+        self.gen = gen
+
+    def propose(self, committed: list[int], K: int, L: int, stop: DraftStop | None = None,
+                greedy_first: bool = False, per_draft: bool = False) -> DraftTrie | None:
+        """Up to L tokens (fewer when `stop` says the next one does not pay), K = 1."""
+        if K != 1:
+            raise ConfigError(f"--spec-type mtp drafts one chain: use -K 1 (got -K {K})")
+        tgt = self.target
+        if len(tgt.pending) != 1:
+            return None
+        first = self.head.begin(tgt.tokens, tgt.pending[0])
+        if first is None:
+            return None
+        logits, h = first
+        base = tgt.n_past  # the pending token's position; depth d is drafted at base + d
+        trie = DraftTrie(K=1, path=[[]], q=[[]], conf=[[]], source="mtp")
+        reach = 1.0
+        try:
+            for depth in range(1, L + 1):
+                row = transform_row(logits, self.sampling)
+                conf = float(row.probs[0])
+                if stop is not None:
+                    reach *= stop.accept_prob(conf)
+                    if depth > 1 and not stop.worth(depth, reach):
+                        break
+                tok = sample_row(row, self.gen)
+                trie.nodes.append(Node(tok, depth, [0], depth - 2))
+                trie.path[0].append(depth - 1)
+                trie.q[0].append(row)
+                trie.conf[0].append(conf)
+                if depth == L:
+                    break
+                logits, h = self.head.step(tok, base + depth, h)
+                trie.nodes[-1].evaluated = True
+                trie.evaluated_depth = depth
+        finally:
+            self.head.rewind(base + 1)  # the chain's entries used the head's own rows: no history
+        return trie
+
+    def accept(self, trie: DraftTrie, k: int, tau: int, token: int) -> None:
+        """Nothing to keep: the head reads the verification's rows from the target."""
+
+    def observe(self, tau: int, drafted: int, confs: list[float]) -> None:
+        """Nothing learns from it yet (auto does not price the head)."""
