@@ -177,7 +177,6 @@ def test_chat_title_names_the_pair_once(monkeypatch: pytest.MonkeyPatch, tmp_pat
     import sys
 
     from localspec.cli import main as cli
-    from localspec.tui import app as app_module
 
     seen: dict[str, str] = {}
 
@@ -186,7 +185,6 @@ def test_chat_title_names_the_pair_once(monkeypatch: pytest.MonkeyPatch, tmp_pat
         assert callable(settle)  # the model's card is applied once the session loads
         return 0
 
-    monkeypatch.setattr(app_module, "run_tui", fake_run_tui)
     monkeypatch.setattr("localspec.tui.run_tui", fake_run_tui)
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)

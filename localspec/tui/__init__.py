@@ -7,6 +7,7 @@ passes in; it never imports the backend, so it can be driven by a scripted `Fake
 
 from __future__ import annotations
 
-from localspec.tui.app import LocalspecApp, SessionFactory, run_tui
+from localspec.tui.app import LocalspecApp, SessionFactory
+from localspec.tui.run import run_tui
 
 __all__ = ["LocalspecApp", "SessionFactory", "run_tui"]

@@ -391,15 +391,3 @@ class LocalspecApp(App[int]):
         # The load error is printed again on exit so it survives the screen being cleared.
         message = Text(f"localspec: {self.error}", style="bold red") if self.error else None
         self.exit(self.exit_code, return_code=self.exit_code, message=message)
-
-
-def run_tui(session_factory: SessionFactory, cfg: GenConfig, title: str = "localspec",
-            settle: Settle | None = None) -> int:
-    """Entry point for `localspec chat`: run the app, close the session, return exit code."""
-    app = LocalspecApp(session_factory, cfg, title=title, settle=settle)
-    try:
-        code = app.run()
-    finally:
-        if app.session is not None:
-            app.session.close()
-    return app.exit_code if code is None else int(code)
