@@ -117,12 +117,14 @@ def test_tally_accounts_for_every_request_and_counts_5xx() -> None:
 
 def test_summary_keeps_dropped_out_of_latency() -> None:
     res = Result("localspec", wall=1.0, lone_ttft=0.05, rss_before_kib=2048, rss_after_kib=3072)
-    res.samples = [Sample(0.1, 1.0, 11), Sample(9.0, 9.5, 3, dropped=True)]
+    res.samples = [Sample(0.1, 1.0, 11, drafted=8, accepted=6), Sample(9.0, 9.5, 3, dropped=True, drafted=99)]
     row = serve.summary(res)
     assert row["requests"] == 1 and row["ttft_p50_ms"] == pytest.approx(100.0)
     assert row["latency_p95_ms"] == pytest.approx(1000.0) and row["tok_per_s_per_request"] == pytest.approx(10 / 0.9)
     assert row["dropped"] == 1 and row["errors"] == 0 and row["lone_ttft_ms"] == pytest.approx(50.0)
     assert row["rss_before_mib"] == 2.0 and row["rss_after_mib"] == 3.0
+    assert row["drafted"] == 8 and row["acceptance"] == pytest.approx(0.75)
+    assert serve.summary(Result("ar", samples=[Sample(0.1, 1.0, 5)], wall=1.0))["acceptance"] is None
 
 
 def test_ratios_are_against_localspec_one_slot_and_llama_server() -> None:
@@ -214,7 +216,8 @@ class _SSE(BaseHTTPRequestHandler):
                 self.wfile.write(f'data: {json.dumps({"choices": [{"delta": {"content": f"t{i}"}}]})}\n\n'.encode())
                 self.wfile.flush()
                 time.sleep(0.01)
-            self.wfile.write(f'data: {json.dumps({"choices": [], "usage": {"completion_tokens": n}})}\n\n'.encode())
+            last = {"choices": [], "usage": {"completion_tokens": n}, "timings": {"draft_n": 10, "draft_n_accepted": 7}}
+            self.wfile.write(f"data: {json.dumps(last)}\n\n".encode())
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
             self.server.outcomes.append("finished")
@@ -237,6 +240,7 @@ def test_stream_chat_reads_usage_and_hangs_up_on_purpose(sse: ThreadingHTTPServe
     port = sse.server_address[1]
     s = stream_chat(port, "hi", 8)
     assert not s.dropped and s.tokens == 8 and 0 < s.ttft <= s.latency
+    assert (s.drafted, s.accepted) == (10, 7)  # from the last chunk's `timings`
     d = stream_chat(port, "hi", 100, drop_after=3)
     assert d.dropped and d.tokens == 3
     deadline = time.monotonic() + 5
@@ -303,4 +307,5 @@ def test_real_llama_server_two_clients_with_a_draft_and_disconnects(smollm2_path
     assert row["completed"] >= 1 and row["aggregate_tok_per_s"] > 0 and row["lone_ttft_ms"] > 0
     assert row["rss_before_mib"] > 10 and row["rss_after_mib"] > 10  # the model is resident
     assert "-np 2" in row["command"] and "-c 1024" in row["command"]
+    assert row["drafted"] > 0  # --spec-type draft-simple: the draft really drafts
     assert time.monotonic() - t0 < 60

@@ -28,6 +28,8 @@ class Sample:
     latency: float
     tokens: int
     dropped: bool = False
+    drafted: int = 0  # llama-server's `timings` (localspec's too): draft_n, draft_n_accepted
+    accepted: int = 0
 
     @property
     def tok_per_s(self) -> float:
@@ -126,6 +128,7 @@ def stream_chat(port: int, prompt: str, n_predict: int, *, drop_after: int | Non
     ttft = None
     pieces = 0
     tokens = None
+    timings: dict = {}
     while True:
         line = r.readline()
         if not line:
@@ -140,6 +143,7 @@ def stream_chat(port: int, prompt: str, n_predict: int, *, drop_after: int | Non
             raise StreamError(f"stream error: {str(chunk['error'])[:200]}")
         if chunk.get("usage"):
             tokens = chunk["usage"].get("completion_tokens")
+        timings = chunk.get("timings") or timings
         for ch in chunk.get("choices") or []:
             if (ch.get("delta") or {}).get("content"):
                 pieces += 1
@@ -151,7 +155,8 @@ def stream_chat(port: int, prompt: str, n_predict: int, *, drop_after: int | Non
             return Sample(ttft if ttft is not None else latency, latency, pieces, dropped=True)
     latency = time.perf_counter() - t0
     c.close()
-    return Sample(ttft if ttft is not None else latency, latency, tokens if tokens is not None else pieces)
+    return Sample(ttft if ttft is not None else latency, latency, tokens if tokens is not None else pieces,
+                  drafted=int(timings.get("draft_n", 0)), accepted=int(timings.get("draft_n_accepted", 0)))
 
 
 def drop_plan(seed: int, client: int, requests: int, p: float, n_predict: int) -> list[int | None]:
