@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -294,10 +295,11 @@ def test_llama_server_help_has_every_flag_we_pass() -> None:
 
 @pytest.mark.skipif(peer_tool(SERVER_BIN) is None, reason=_NOT_BUILT)
 def test_real_llama_server_two_clients_with_a_draft_and_disconnects(smollm2_path: Path) -> None:
-    """2 clients x 2 requests, 8 tokens, half of them dropped: all accounted, no 5xx."""
+    """2 clients x 2 requests, 8 tokens, half of them dropped: all accounted, no 5xx.
+    About 16 s on the 2-core dev machine when it is quiet (no wall-time assert: the test
+    must not depend on a quiet machine, tests/README.md)."""
     a = _args(target=str(smollm2_path), draft=str(smollm2_path), clients=2, requests=2, n_predict=8, np=2,
               ctx=512, peer_draft_max=4, disconnects=0.5, seed=1, settle=0.2)
-    t0 = time.monotonic()
     res = serve.bench_one("llama-server", a, ["Say hello.", "Count to five.", "Name a color.", "Hi!"])
     assert res.skipped == "", res.skipped
     row = serve.summary(res)
@@ -308,4 +310,37 @@ def test_real_llama_server_two_clients_with_a_draft_and_disconnects(smollm2_path
     assert row["rss_before_mib"] > 10 and row["rss_after_mib"] > 10  # the model is resident
     assert "-np 2" in row["command"] and "-c 1024" in row["command"]
     assert row["drafted"] > 0  # --spec-type draft-simple: the draft really drafts
-    assert time.monotonic() - t0 < 60
+
+
+_CHATTY_SERVER = '''
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        sys.stderr.write("x" * 100_000 + "\\n")  # a verbose server: far over a pipe's 64 KiB
+        sys.stderr.flush()
+
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.end_headers()
+        last = {"choices": [{"delta": {"content": "ok"}}], "usage": {"completion_tokens": 1}}
+        self.wfile.write(f"data: {json.dumps(last)}\\n\\ndata: [DONE]\\n\\n".encode())
+
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+'''
+
+
+def test_bench_one_survives_a_server_that_logs_a_lot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's stderr goes to a file: a pipe nobody reads would fill and block it."""
+    script = tmp_path / "chatty.py"
+    script.write_text(_CHATTY_SERVER)
+    monkeypatch.setattr(serve, "server_cmd", lambda kind, a, port: ([sys.executable, str(script), str(port)], 1, ""))
+    res = serve.bench_one("chatty", _args(clients=2, requests=2, startup_timeout=30.0), ["a", "b"])
+    assert res.skipped == "" and res.tally()["completed"] == 4 and res.rss_before_kib > 0

@@ -24,6 +24,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 from localspec.bench.common import load_prompts, machine_info, write_json
@@ -78,7 +79,10 @@ def bench_one(kind: str, a: argparse.Namespace, prompts: list[str]) -> Result:
         return res
     if kind == "localspec" and a.np > 1 and slots == 1:
         res.note = "localspec serve has no slots flag (-np/--parallel): ran with one slot"
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # stderr to a file, not a pipe: llama-server logs every request, and a pipe nobody reads
+    # fills (64 KiB) and blocks the server mid-load
+    log = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
     try:
         _wait_ready(port, proc, a.startup_timeout)
         stream_chat(port, prompts[0], 4)  # warm-up (first-request costs are not the server's speed)
@@ -94,12 +98,15 @@ def bench_one(kind: str, a: argparse.Namespace, prompts: list[str]) -> Result:
     finally:
         proc.terminate()
         try:
-            _, err = proc.communicate(timeout=30)
+            proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
-            _, err = proc.communicate()
-        if res.skipped and err and err.strip():
-            res.skipped += " | " + err.strip().splitlines()[-1]
+            proc.wait()
+        log.seek(0)
+        err = log.read().strip()
+        log.close()
+        if res.skipped and err:
+            res.skipped += " | " + err.splitlines()[-1]
     return res
 
 
