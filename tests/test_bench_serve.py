@@ -65,6 +65,8 @@ def test_llama_server_cmd_with_draft_names_the_speculative_type() -> None:
     assert _flag(cmd, "--spec-draft-p-min") == "0.75"
     assert _flag(cmd, "-td") == "2" and _flag(cmd, "-tbd") == "2"
     assert "--draft-max" not in cmd  # removed in these llama.cpp sources
+    extra = llama_server_cmd("llama-server", _args(peer_args="--poll 0 --alias 'a b'"), 1)
+    assert extra[-4:] == ["--poll", "0", "--alias", "a b"]
 
 
 def test_parse_slots_flag_reads_options_not_prose() -> None:

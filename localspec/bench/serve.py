@@ -221,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peer-draft-max", type=int, default=16, help="llama-server --spec-draft-n-max")
     p.add_argument("--peer-draft-min", type=int, default=0, help="llama-server --spec-draft-n-min")
     p.add_argument("--peer-p-min", type=float, default=0.75, help="llama-server --spec-draft-p-min")
+    p.add_argument("--peer-args", default="", metavar="ARGS",
+                   help="extra llama-server arguments, one shell-quoted string (e.g. --peer-args='--poll 0')")
     p.add_argument("--prompts", default=None, help="JSONL of {id, kind, prompt} (default: the shipped set)")
     p.add_argument("--startup-timeout", type=float, default=600, help="seconds a server may take to load")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the results here")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import functools
 import re
+import shlex
 import subprocess
 import sys
 from importlib.util import find_spec
@@ -48,6 +49,8 @@ def llama_server_cmd(binary: str, a: argparse.Namespace, port: int) -> list[str]
     (a plain GGUF draft carries no speculative type, and the default type is 'none'); the
     old `--draft-max/--draft-min` are removed in these sources (`--spec-draft-n-max/-min`).
     Draft threads equal target threads, as in localspec. No web UI (the build has none).
+    `a.peer_args` is appended as given (e.g. '--poll 0': llama.cpp's persistent thread pools
+    spin-wait by default, which on cores shared with other jobs costs it several times).
     """
     t = str(a.threads)
     cmd = [binary, "-m", a.target, "--host", "127.0.0.1", "--port", str(port),
@@ -56,7 +59,7 @@ def llama_server_cmd(binary: str, a: argparse.Namespace, port: int) -> list[str]
         cmd += ["-md", a.draft, "--spec-type", "draft-simple", "-td", t, "-tbd", t,
                 "--spec-draft-n-max", str(a.peer_draft_max), "--spec-draft-n-min", str(a.peer_draft_min),
                 "--spec-draft-p-min", repr(float(a.peer_p_min))]
-    return cmd
+    return cmd + shlex.split(getattr(a, "peer_args", "") or "")
 
 
 def localspec_cmd(kind: str, a: argparse.Namespace, port: int, slots_flag: str | None) -> tuple[list[str], int]:
