@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Build llama.cpp's own speculative example and benchmark tool ("the peer") from the SAME
+# Build llama.cpp's own speculative example, benchmark tool and server ("the peer") from the SAME
 # llama.cpp sources that the installed llama-cpp-python was built from, so `localspec bench`
 # compares decoding strategies and not two different llama.cpp versions.
 #
 #   scripts/build_llama_cpp_peer.sh [--force]
 #
 # Result: ${LOCALSPEC_HOME:-~/.cache/localspec}/peer/<llama-cpp-python version>/bin/
-#         llama-speculative-simple, llama-bench, BUILD_INFO
+#         llama-speculative-simple, llama-bench, llama-server, BUILD_INFO
 #
 # Environment:
 #   PYTHON                  interpreter whose llama-cpp-python is measured (default: python3)
@@ -14,9 +14,12 @@
 #   LOCALSPEC_BUILD_JOBS    parallel compile jobs (default: 2, the reference machine's cores)
 #   LOCALSPEC_PEER_KEEP_BUILD=1  keep the temporary source/build tree (printed at the end)
 #
-# Idempotent: exits 0 at once when both binaries are already in the cache (use --force to
-# rebuild). CPU only, Release, no curl/openssl/tests/server: only the two targets are built,
-# which takes a few minutes on 2 cores instead of the ~20 a full llama.cpp build needs.
+# Idempotent: exits 0 at once when all three binaries are already in the cache, and builds
+# only the missing ones otherwise (an older cache with the first two gains llama-server
+# without recompiling them); --force rebuilds all. CPU only, Release, no curl/openssl/tests,
+# and llama-server without its web UI (no npm, no asset download: the bench needs only the
+# HTTP API). Only the named targets are built, a few minutes each on 2 cores instead of the
+# ~20 a full llama.cpp build needs.
 set -euo pipefail
 
 die() {
@@ -28,7 +31,7 @@ FORCE=0
 for arg in "$@"; do
     case "$arg" in
         --force) FORCE=1 ;;
-        -h|--help) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) die "unknown argument '$arg' (only --force and --help are accepted)" ;;
     esac
 done
@@ -46,12 +49,17 @@ VERSION="$("$PYTHON" -m pip show llama-cpp-python 2>/dev/null | awk '/^Version:/
 [ -n "$VERSION" ] || die "llama-cpp-python is not installed for $PYTHON; install localspec first ('pip install -e .')"
 
 DEST="$HOME_DIR/peer/$VERSION/bin"
-TARGETS=(llama-speculative-simple llama-bench)
+ALL_TARGETS=(llama-speculative-simple llama-bench llama-server)
+TARGETS=()
+for t in "${ALL_TARGETS[@]}"; do
+    if [ "$FORCE" = 1 ] || [ ! -x "$DEST/$t" ]; then TARGETS+=("$t"); fi
+done
 
-if [ "$FORCE" = 0 ] && [ -x "$DEST/llama-speculative-simple" ] && [ -x "$DEST/llama-bench" ]; then
+if [ "${#TARGETS[@]}" = 0 ]; then
     echo "build_llama_cpp_peer: already built for llama-cpp-python $VERSION in $DEST (use --force to rebuild)"
     exit 0
 fi
+echo "build_llama_cpp_peer: building ${TARGETS[*]} (the others are already in $DEST)"
 
 START=$(date +%s)
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/localspec-peer.XXXXXX")"
@@ -81,14 +89,21 @@ LLAMA_SRC="$(find "$WORK/src" -mindepth 3 -maxdepth 3 -type d -path '*/vendor/ll
 
 # Defaults that matter for a fair comparison are left as llama-cpp-python's build leaves them
 # (GGML_NATIVE=ON on a non-cross build, so both use -march=native kernels). Static libraries
-# make the two binaries self-contained, so the build tree can be deleted afterwards.
+# make the binaries self-contained, so the build tree can be deleted afterwards.
+# LLAMA_BUILD_SERVER=ON only declares the server targets (nothing is compiled that is not
+# named below); the web UI is left out: LLAMA_BUILD_UI=OFF (no npm) and
+# LLAMA_USE_PREBUILT_UI=OFF (no download from Hugging Face), so llama-server embeds an
+# empty asset table and serves only its API, which is all the bench uses. These sources
+# ship no prebuilt tools/ui/dist, the only offline source of the UI.
 CMAKE_FLAGS=(
     -DCMAKE_BUILD_TYPE=Release
     -DBUILD_SHARED_LIBS=OFF
     -DLLAMA_CURL=OFF
     -DLLAMA_OPENSSL=OFF
     -DLLAMA_BUILD_TESTS=OFF
-    -DLLAMA_BUILD_SERVER=OFF
+    -DLLAMA_BUILD_SERVER=ON
+    -DLLAMA_BUILD_UI=OFF
+    -DLLAMA_USE_PREBUILT_UI=OFF
     -DLLAMA_BUILD_APP=OFF
     -DLLAMA_BUILD_EXAMPLES=ON
     -DLLAMA_BUILD_TOOLS=ON
@@ -107,7 +122,7 @@ echo "==> [3/4] configuring llama.cpp (CPU only, Release)"
 cmake -S "$LLAMA_SRC" -B "$WORK/build" "${GENERATOR[@]}" "${CMAKE_FLAGS[@]}" \
     || die "cmake configure failed (see the output above)"
 
-echo "==> [4/4] compiling ${TARGETS[*]} with $JOBS jobs (a few minutes on 2 cores)"
+echo "==> [4/4] compiling ${TARGETS[*]} with $JOBS jobs (a few minutes each on 2 cores)"
 cmake --build "$WORK/build" --config Release --target "${TARGETS[@]}" -j "$JOBS" \
     || die "compilation failed (see the output above)"
 
@@ -120,7 +135,11 @@ for t in "${TARGETS[@]}"; do
 done
 
 ELAPSED=$(( $(date +%s) - START ))
+# One block per build, appended: when only llama-server was added, the block of the build
+# that made the other two stays, so each binary's flags remain on record.
 {
+    [ "$FORCE" = 0 ] && [ -f "$DEST/BUILD_INFO" ] && cat "$DEST/BUILD_INFO" && echo
+    echo "targets=${TARGETS[*]}"
     echo "llama_cpp_python_version=$VERSION"
     echo "llama_cpp_source=vendor/llama.cpp of $(basename "$SDIST")"
     echo "built_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -128,7 +147,8 @@ ELAPSED=$(( $(date +%s) - START ))
     echo "jobs=$JOBS"
     echo "compiler=$(c++ --version 2>/dev/null | head -n 1 || echo unknown)"
     echo "cmake_flags=${CMAKE_FLAGS[*]}"
-} > "$DEST/BUILD_INFO"
+} > "$DEST/BUILD_INFO.tmp"
+mv -f "$DEST/BUILD_INFO.tmp" "$DEST/BUILD_INFO"
 
 echo "build_llama_cpp_peer: done in ${ELAPSED}s -> $DEST"
 ls -l "$DEST"

@@ -29,6 +29,7 @@ from localspec.errors import LocalspecError
 
 SPEC_BIN = "llama-speculative-simple"
 BENCH_BIN = "llama-bench"
+SERVER_BIN = "llama-server"
 BUILD_SCRIPT = "scripts/build_llama_cpp_peer.sh"
 TAIL_CHARS = 2000
 
@@ -94,6 +95,24 @@ def require_peer_binaries(version: str | None = None) -> dict[str, Path]:
             "C++ compiler), or point LOCALSPEC_PEER_DIR at a directory holding them"
         )
     return bins
+
+
+def peer_tool(name: str, version: str | None = None) -> Path | None:
+    """One peer binary by name (e.g. SERVER_BIN), or None when it is not built.
+
+    Separate from peer_binaries(): llama-server came later than the other two, so a cache
+    built before it still serves `bench speed` while `bench serve` reports what is missing.
+    """
+    path = peer_dir(version) / name
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def require_peer_tool(name: str, version: str | None = None) -> Path:
+    """Like peer_tool() but raises an error that names the fix."""
+    path = peer_tool(name, version)
+    if path is None:
+        raise PeerNotBuiltError(f"{name} not built: run {BUILD_SCRIPT} (looked in {peer_dir(version)})")
+    return path
 
 
 def peer_version(binary: Path) -> str:
