@@ -80,9 +80,10 @@ def test_localspec_cmd_slots_only_where_the_server_has_them() -> None:
     a = _args(np=4, draft="/m/d.gguf")
     cmd, slots = localspec_cmd("localspec", a, 9, "-np")
     assert slots == 4 and _flag(cmd, "-np") == "4" and _flag(cmd, "-md") == "/m/d.gguf"
-    assert _flag(cmd, "-c") == "1024" and _flag(cmd, "-n") == "128"
+    # totals split over the slots, as llama-server's -c: each slot holds --ctx (and 512 batch tokens)
+    assert _flag(cmd, "-c") == "4096" and _flag(cmd, "-b") == "2048" and _flag(cmd, "-n") == "128"
     cmd, slots = localspec_cmd("localspec", a, 9, None)
-    assert slots == 1 and "-np" not in cmd
+    assert slots == 1 and "-np" not in cmd and _flag(cmd, "-c") == "1024"
     cmd, slots = localspec_cmd("localspec-1", a, 9, "-np")
     assert slots == 1 and "-np" not in cmd and _flag(cmd, "--method") == "auto"
     cmd, slots = localspec_cmd("localspec-ar", a, 9, "--parallel")

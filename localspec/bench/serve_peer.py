@@ -66,9 +66,11 @@ def localspec_cmd(kind: str, a: argparse.Namespace, port: int, slots_flag: str |
     """`localspec serve` for `localspec` (a.np slots when it has a slots flag), `localspec-1`
     (one slot: the baseline of the issue's ratios) and `localspec-ar` (`--method ar`, one
     slot). Returns the command and the slots it will really have."""
-    cmd = [sys.executable, "-m", "localspec.cli", "serve", "-m", a.target, "--port", str(port), "-c", str(a.ctx),
-           "-t", str(a.threads), "--queue", str(max(16, a.clients)), "--log-level", "warning", "-n", str(a.n_predict)]
     slots = a.np if kind == "localspec" and slots_flag else 1
+    # -c and --batch are totals split over the slots (as llama-server's -c): each slot holds a.ctx
+    cmd = [sys.executable, "-m", "localspec.cli", "serve", "-m", a.target, "--port", str(port),
+           "-c", str(a.ctx * slots), "-b", str(512 * slots), "-t", str(a.threads), "--queue", str(max(16, a.clients)),
+           "--log-level", "warning", "-n", str(a.n_predict)]
     if slots > 1:
         cmd += [slots_flag, str(slots)]
     if kind == "localspec-ar":
