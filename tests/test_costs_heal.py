@@ -144,6 +144,7 @@ def test_poisoned_cache_is_healed_within_one_turn(home, clock, smollm2_path, smo
     s.costs = None
     events = list(s.generate([{"role": "user", "content": "Say hi."}], GenConfig(method="auto", n_predict=4)))
     assert not any(isinstance(e, Progress) for e in events)
+    assert events[-1].stats.timing_seconds == 0.0
     assert s.costs.target.stale and s.costs.target(1) == pytest.approx(quiet_t1)
     s.close()
 
