@@ -136,6 +136,32 @@ def test_a_foreground_timing_stops_between_two_sizes_and_resumes(smollm2_path, s
     s.close()
 
 
+def test_the_tui_starts_timing_after_load_and_shows_its_progress() -> None:
+    """The chat TUI starts the background timing once the models are loaded; the timer's
+    steps show in the status line, and its end clears it."""
+    from localspec.tui import LocalspecApp
+    from tests.support.replay import FakeSession, demo_turns, fake_factory, wait_until
+    from tests.test_tui import run_app
+
+    class Timed(FakeSession):
+        def start_timing(self, cfg, progress=None) -> None:
+            self.timing_cfg = cfg
+            self.report = progress
+            progress("timing fake-target on this machine, once: 3/11 batch sizes", 3 / 22)
+
+    fake = Timed(demo_turns())
+    cfg = GenConfig(method="auto")
+    app = LocalspecApp(fake_factory(fake), cfg)
+
+    async def body(pilot) -> None:
+        await wait_until(pilot, lambda: "3/11 batch sizes" in app.status_message)
+        assert fake.timing_cfg is cfg
+        fake.report("cost model timed in 4.2 s", 1.0)
+        await wait_until(pilot, lambda: app.status_message == "")
+
+    run_app(app, body)
+
+
 def test_real_timing_between_generations_leaves_both_right(smollm2_path, smollm2_q4_0_path, monkeypatch) -> None:
     """The real timing, one step at a time between generations whose draft uses the
     timing's scratch sequence (K = n_seq_max - 1) and drops it: every step still times a

@@ -194,6 +194,7 @@ def cmd_chat(a: argparse.Namespace) -> int:
     sess = open_session(target, draft, opts)
     _pair_note(a)
     cr.apply_model_sampling(sess, target, a, cfg)
+    sess.start_timing(cfg)  # in the background: the first reply does not wait for it
     print(f"localspec chat: {target} <- {draft} (method {cfg.method}); Ctrl-C stops a reply, Ctrl-D quits",
           file=sys.stderr)
     while True:

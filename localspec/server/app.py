@@ -66,7 +66,7 @@ def create_app(session: Session, config: ServerConfig) -> Starlette:
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "busy": worker.busy, "queued": worker.queued,
-                             "queue_max": worker.max_queue})
+                             "queue_max": worker.max_queue, "localspec": _health_info(session)})
 
     async def models(request: Request) -> Response:
         try:
@@ -154,6 +154,13 @@ class JobStream(StreamingResponse):
 
 
 # ---------------------------------------------------------------------------- helpers
+def _health_info(session: Session) -> dict:
+    """localspec's part of /health: how far the cost model's background timing is (requests
+    meanwhile run plain decoding or prompt lookups; null once it is done)."""
+    progress = session.timing_progress
+    return {"timing": None if progress is None else {"done": progress[0], "total": progress[1]}}
+
+
 def _auth(request: Request, key: str | None) -> None:
     if not key:
         return

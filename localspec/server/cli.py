@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 import os
 import signal
 import socket
@@ -94,6 +95,16 @@ def _drain(server, worker, seconds: float) -> None:
     worker.drain(seconds)
 
 
+def _log_to_stderr(level: str) -> None:
+    """localspec's own log lines (the cost model's timing, a request that waited for it) on
+    stderr beside uvicorn's, at its --log-level."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+    logger = logging.getLogger("localspec")
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
+
+
 def _sigterm(signum, frame) -> None:
     raise SystemExit(0)
 
@@ -130,8 +141,9 @@ def cmd_serve(a: argparse.Namespace) -> int:
         from localspec.cli.reasoning import apply_model_sampling
 
         apply_model_sampling(sess, target, a, cfg)  # a request's own fields still win
-        if cfg.method == "auto" and draft is not None:
-            sess.explain(cfg)  # measure the cost curves now rather than during the first request
+        _log_to_stderr(a.log_level)
+        # time the cost model while serving: requests meanwhile run what needs no missing curve
+        sess.start_timing(cfg)
         config = ServerConfig(model_id=a.alias or model_id(target),
                               draft=model_id(draft) if draft else None, api_key=a.api_key or None,
                               max_queue=a.queue, max_body=a.max_body,
