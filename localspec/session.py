@@ -153,7 +153,7 @@ class Session(Protocol):
     def start_timing(self, cfg: GenConfig, progress: ProgressFn | None = None) -> None:
         """Time the cost model on a background thread from now on (serve and chat, which have
         idle time; a no-op for sessions with nothing to time). Returns at once: a generation
-        never waits for it beyond the one timing decode in flight (Stats.timing_seconds), and
+        never waits for it beyond the timing step in flight (Stats.timing_seconds), and
         runs what needs no missing curve meanwhile (auto: prompt lookups or plain decoding,
         said in its choice note). `progress` is called from that thread after each step.
         Without it, the first turn that needs the cost model times it first (`run`)."""

@@ -14,6 +14,7 @@ import pytest
 
 from localspec.config import GenConfig, SamplingConfig
 from localspec.costmodel import CostCurve, curves
+from localspec.costmodel import session as costs_session
 from localspec.costmodel.curves import load_curve, save_curve
 from localspec.events import Done, Progress
 from tests.support.helpers import session
@@ -90,6 +91,31 @@ def test_turns_during_background_timing_wait_for_one_step_at_most(smollm2_path, 
     assert "timing" not in done.stats.choice_note and done.text == ref.text
     assert s.costs is not None and s.costs.target.sizes == [1, 64] and s.costs.draft.sizes == [1, 64]
     assert fake.entered == fake.finished == 2 * SIZES  # each size once, and nothing after
+    s.close()
+
+
+def test_a_timer_that_never_gets_a_quiet_moment_still_finishes(smollm2_path, smollm2_q4_0_path,
+                                                               monkeypatch) -> None:
+    """Turns back to back leave the timer no quiet moment; once it waited `STARVED` for one,
+    it takes one step at each turn's end (the next turn waits for it), never one inside a
+    turn, until the timing is done."""
+    monkeypatch.setattr(costs_session, "QUIET", 3600.0)  # never quiet
+    monkeypatch.setattr(costs_session, "STARVED", 0.2)
+    fake = HeldTiming(held=False)
+    monkeypatch.setattr(curves, "timing_steps", fake)
+    s = session(smollm2_path, smollm2_q4_0_path)
+    s.start_timing(auto())
+    cfg = GenConfig(method="ar", n_predict=2)  # the turns need no cost model: they just keep it busy
+    turns = 0
+    while s.timing_progress is not None:
+        assert turns < 500, "the timer starved"
+        seen = set()
+        for _ in s.generate(PROMPT, cfg):
+            seen.add(fake.entered)
+        assert len(seen) == 1  # no step began inside the turn
+        turns += 1
+    assert fake.finished == 2 * SIZES and s.costs is None  # timed, built at the next auto turn
+    assert list(s.generate(PROMPT, auto()))[-1].stats.timing_seconds == 0.0
     s.close()
 
 

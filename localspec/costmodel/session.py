@@ -6,15 +6,16 @@ and a busy server's requests wait for re-timings nobody asked for (issue 24). So
 
 - a stale curve is never re-timed here: it heals from live decodes (curves.py);
 - a frontend with idle time (serve, chat) calls `start()`: a background thread times the
-  missing curves one decode at a time, each step holding the DecodeGate, which keeps
+  missing curves one repeat at a time, each step holding the DecodeGate, which keeps
   steps and generations apart (llama.cpp contexts are not thread-safe, and a step would
   also distort a generation's live timings). A generation that starts meanwhile waits at
   most for the step in flight (Stats.timing_seconds) and runs what needs no missing curve:
   prompt lookups priced on the target's curve once that is timed, else plain decoding,
-  with a note saying so. The timer steps again once no generation ran for QUIET seconds;
+  with a note saying so. The timer steps again once no generation ran for QUIET seconds
+  (or, starved for STARVED seconds, at each generation's end until such a moment comes);
 - without start() (`localspec run`, `--explain`, a library caller) the first turn that
-  needs the cost model times it first, as Progress events, and stops between two sizes
-  when the turn is asked to stop.
+  needs the cost model times it first, as Progress events, and stops after the step in
+  flight when the turn is asked to stop (the next turn resumes it).
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ from localspec.stopflag import StopFlag
 log = logging.getLogger("localspec.costmodel")
 
 QUIET = 0.25  # seconds without a generation before the timer takes its next step
-# seconds the timer may wait for a quiet moment; then the next generation waits for one
-# step (a server that is never idle still gets its cost model, a decode at a time)
+# seconds the timer may wait for a quiet moment; then each next generation waits for one
+# step until one comes (a server that is never idle still gets its cost model, a step per
+# request: 44 requests for the default pair, 11 sizes x 2 repeats x 2 models)
 STARVED = 30.0
 Report = Callable[[str, float], None]  # (message, fraction done), from the timer's thread
 _timers: weakref.WeakSet[SessionCosts] = weakref.WeakSet()  # stopped at exit (below)
@@ -68,6 +70,7 @@ class DecodeGate:
         self._waiting = 0  # generations waiting for a step to end: the timer lets them go first
         self._stepping = False
         self._wants = False  # a starved timer: the next generation lets it step first
+        self._starving = False  # ... and the ones after, until a quiet moment comes
         self._idle_since = time.monotonic()
 
     def enter(self) -> float:
@@ -95,18 +98,20 @@ class DecodeGate:
             self._cond.notify_all()
 
     def claim(self, closing: threading.Event) -> bool:
-        """The timer: wait for a quiet moment (no generation for `quiet` seconds, or the end
-        of the running one once it waited `starved` seconds), then hold the gate for one
-        step (release() ends it). False once `closing` is set."""
+        """The timer: wait for a quiet moment (no generation for `quiet` seconds; once it
+        waited `starved` seconds for one, the end of each running generation until a quiet
+        moment comes), then hold the gate for one step (release() ends it). False once
+        `closing` is set."""
         since = time.monotonic()
         with self._cond:
             while not closing.is_set():
                 now = time.monotonic()
-                if now - since >= self.starved:
-                    self._wants = True
+                if self._starving or now - since >= self.starved:
+                    self._starving = self._wants = True
                 if self._users == 0 and (self._waiting == 0 or self._wants):
                     rest = self.quiet - (now - self._idle_since)
                     if rest <= 0 or self._wants:
+                        self._starving = self._starving and rest > 0  # quiet again: no more pushing
                         self._stepping, self._wants = True, False
                         return True
                     self._cond.wait(rest)
@@ -243,7 +248,7 @@ class SessionCosts:
         while self.error is None and (step := self._step()) is not None:
             timed = True
             name, done, total = step
-            if done and (name, done) != shown:  # once per size (a step is one decode)
+            if done and (name, done) != shown:  # once per size (a step is one repeat)
                 shown = (name, done)
                 yield Progress(f"timing {name} on this machine, once: {done}/{total} batch sizes", done / total)
             if stop is not None and stop.is_set():
@@ -298,7 +303,7 @@ class SessionCosts:
         self._steps = self._timing(plan, counts, full)
 
     def _timing(self, plan: list[Context], counts: list[int], full: bool) -> Generator[tuple[str, int, int], None, None]:
-        """Each context's curve, one decode per step (timing_steps caches it)."""
+        """Each context's curve, one repeat per step (timing_steps caches it)."""
         base, total = 0, sum(counts)
         for ctx, count in zip(plan, counts, strict=True):
             gen = curves.timing_steps(ctx, full=full)
@@ -314,7 +319,7 @@ class SessionCosts:
         self.recalibrate = False
 
     def _step(self) -> tuple[str, int, int] | None:
-        """One decode of the timing (begun when there is something to time): (model, sizes
+        """One step of the timing (begun when there is something to time): (model, sizes
         done, sizes); None once nothing is left (or it failed: `error` says why)."""
         if self._steps is None:
             plan = self._plan()
