@@ -13,8 +13,7 @@ import threading
 import pytest
 
 from localspec.config import GenConfig, SamplingConfig
-from localspec.costmodel import CostCurve, curves
-from localspec.costmodel import session as costs_session
+from localspec.costmodel import CostCurve, curves, gate
 from localspec.costmodel.curves import load_curve, save_curve
 from localspec.events import Done, Progress
 from tests.support.helpers import session
@@ -99,8 +98,8 @@ def test_a_timer_that_never_gets_a_quiet_moment_still_finishes(smollm2_path, smo
     """Turns back to back leave the timer no quiet moment; once it waited `STARVED` for one,
     it takes one step at each turn's end (the next turn waits for it), never one inside a
     turn, until the timing is done."""
-    monkeypatch.setattr(costs_session, "QUIET", 3600.0)  # never quiet
-    monkeypatch.setattr(costs_session, "STARVED", 0.2)
+    monkeypatch.setattr(gate, "QUIET", 3600.0)  # never quiet
+    monkeypatch.setattr(gate, "STARVED", 0.2)
     fake = HeldTiming(held=False)
     monkeypatch.setattr(curves, "timing_steps", fake)
     s = session(smollm2_path, smollm2_q4_0_path)

@@ -10,6 +10,7 @@ nothing beats it (predict.py). `explain()` prints the table behind the choice.
 
     curves.py      CostCurve, timing, the on-disk cache, live healing
     session.py     SessionCosts: one session's cost model, timed without blocking a reply
+    gate.py        DecodeGate: a session's generations and its timing steps, never at once
     acceptance.py  Acceptance: the running rate and the per-confidence calibration
     predict.py     CostModel, Prediction, CalibratedStop, the dynamic-length rules
     explain.py     the --explain table

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from localspec.costmodel import QUICK_SIZES, CostCurve
-from localspec.costmodel import session as costs_session
+from localspec.costmodel import QUICK_SIZES, CostCurve, gate
 from localspec.costmodel.curves import save_curve
 
 SIZES = len(QUICK_SIZES)  # what a session counts per model (n_batch 512 holds them all)
@@ -69,5 +68,5 @@ def fresh_costs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A LOCALSPEC_HOME without cost curves, and a timer that steps as soon as it may (no
     quiet moment to wait for): import it into a test module and use it by name."""
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
-    monkeypatch.setattr(costs_session, "QUIET", 0.0)
+    monkeypatch.setattr(gate, "QUIET", 0.0)
     return tmp_path
