@@ -112,6 +112,9 @@ class Stats:
     overhead_seconds: float = 0.0
     prompt_seconds: float = 0.0
     seconds: float = 0.0
+    # waited for the cost model's timing before this turn began: a background step in flight,
+    # or a first timing in the foreground (`run`); not in `seconds` nor `prompt_seconds`
+    timing_seconds: float = 0.0
     choice_note: str = ""
     ran: str = ""  # what actually ran ("ar", "sd K=1 L<=16", "auto: ar then sd"); set by the loop
     ar_estimate: float = 0.0  # the cost model's AR tok/s on this machine (0 = unknown)
@@ -237,6 +240,7 @@ class Stats:
             "overhead_seconds": self.overhead_seconds,
             "prompt_seconds": self.prompt_seconds,
             "seconds": self.seconds,
+            "timing_seconds": self.timing_seconds,
             "tok_per_s": self.tok_per_s,
         }
 
@@ -252,8 +256,8 @@ MERGE: dict[str, str] = {
     "n_tokens": "add", "iterations": "add", "target_calls": "add", "draft_calls": "add", "drafted": "add",
     "accepted_lengths": "add", "position_accepts": "per-position", "position_trials": "per-position",
     "draft_seconds": "add", "verify_seconds": "add", "overhead_seconds": "add", "prompt_seconds": "add",
-    "seconds": "add", "choice_note": "first", "ran": "join", "ar_estimate": "first", "predicted": "add",
-    "proposed": "per-key",
+    "seconds": "add", "timing_seconds": "add", "choice_note": "first", "ran": "join", "ar_estimate": "first",
+    "predicted": "add", "proposed": "per-key",
 }
 
 @dataclass(frozen=True)

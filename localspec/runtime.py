@@ -8,7 +8,8 @@ events with the turn's Done (also on Ctrl-C, so a chat session stays usable).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from functools import cached_property
 
@@ -22,14 +23,15 @@ from localspec.backend.mtp import MtpHead
 from localspec.backend.offload import plan_pair
 from localspec.config import LOOKUPS, METHOD_TABLE, GenConfig
 from localspec.costmodel import CostModel
+from localspec.costmodel.session import SessionCosts, Ticket
 from localspec.decode.autoregressive import ar_loop
 from localspec.decode.emitter import Emitter
 from localspec.decode.mtp import mtp_config
 from localspec.decode.state import KVState
 from localspec.decode.suffix import SuffixStore
 from localspec.decode.turn import Turn
-from localspec.errors import ConfigError, LocalspecError
-from localspec.events import Done, Event, Progress, Stats
+from localspec.errors import ConfigError
+from localspec.events import Done, Event, Stats
 from localspec.session import Message, ProgressFn, Prompt, SessionOptions, ThinkMarkers
 from localspec.stopflag import StopFlag
 
@@ -109,25 +111,45 @@ class RuntimeSession:
         # (prompt text or None for token/raw prompts, prompt tokens, generated tokens, answer)
         # of the last generation
         self._last: tuple[str | None, list[int], list[int], str] | None = None
-        self.costs: CostModel | None = None  # filled lazily by the cost model
+        # the cost model, its timing and the gate that keeps timing apart from generations
+        self._costing = SessionCosts(self.target.ctx, self.draft.ctx if self.draft else None, options.recalibrate)
         self.progress: ProgressFn | None = None  # reports timing outside a generation (--explain)
-        self._recalibrated = False  # --recalibrate re-times the curves once per session
         # the suffix proposer's store: every turn's prompt and answer (in `serve`, every
         # request's), kept across turns and resets; made on the first turn that drafts by it
         self.suffix: SuffixStore | None = None
+
+    @property
+    def costs(self) -> CostModel | None:
+        """The cost model once built (tests set it, or None to reload the cached curves)."""
+        return self._costing.costs
+
+    @costs.setter
+    def costs(self, cm: CostModel | None) -> None:
+        self._costing.costs = cm
 
     # ------------------------------------------------------------------ Session API
     def stop(self) -> None:
         self._stop.set()
 
+    def start_timing(self, cfg: GenConfig, progress: ProgressFn | None = None) -> None:
+        _, _, needs_costs = self._pick_loop(cfg)
+        self._costing.start(needs_costs, progress)
+
+    @property
+    def timing_progress(self) -> tuple[int, int] | None:
+        return self._costing.progress
+
     def reset(self) -> None:
-        self.messages = []
-        self.target.reset()
-        if self.draft:
-            self.draft.reset()
-        self._last = None
+        with self._costing.hold():  # a timing step may be running on these contexts
+            self.messages = []
+            self.target.reset()
+            if self.draft:
+                self.draft.reset()
+            self._last = None
 
     def close(self) -> None:
+        if not self._costing.close():  # a timing decode still runs: keep the models
+            return
         if self.mtp is not None:  # it reads the target context: freed first
             self.mtp.close()
         self.target.ctx.close()
@@ -214,7 +236,8 @@ class RuntimeSession:
     def explain(self, cfg: GenConfig) -> str:
         where = "; ".join(f"{role}: {w}" for role, w in self.placement.items())
         cfg = self._fit_memory(cfg)
-        table = costmodel.explain(self._cost_model(cfg) if self.draft is not None else None, cfg, self.costs)
+        cm = self._costing.model_now(cfg.sampling.greedy, self.progress) if self.draft is not None else None
+        table = costmodel.explain(cm, cfg, self.costs)
         return f"placement: {where}\nmemory: {self.memory_summary()}\n{table}"
 
     def memory_summary(self) -> str:
@@ -330,68 +353,45 @@ class RuntimeSession:
         self.suffix.max_tokens = cfg.suffix_max_tokens
         return self.suffix
 
-    def _cost_model_steps(self, cfg: GenConfig) -> Generator[Progress, None, CostModel]:
-        """This pair's cost model, with the acceptance estimate of this kind of sampling
-        (greedy / sampled) loaded. Timing a curve (first use, a stale curve, --recalibrate)
-        takes seconds: it is reported as Progress events, with what is timed and how far."""
-        t, greedy = self.target.ctx, cfg.sampling.greedy
-        recal = self.options.recalibrate and not self._recalibrated
-        if self.draft is None:  # prompt lookups alone: the target's curve prices them
-            steps = costmodel.target_steps(t, self.costs, recal)
-        elif not costmodel.timing_plan(t, self.draft.ctx, self.costs, recal):
-            self.costs = costmodel.model_for(t, self.draft.ctx, greedy, self.costs)
-            return self.costs
-        else:
-            steps = costmodel.model_steps(t, self.draft.ctx, greedy, self.costs, recal)
-        while True:
-            try:
-                name, done, total = next(steps)
-            except StopIteration as stop:
-                self.costs = stop.value
-                self._recalibrated = True
-                return self.costs
-            yield Progress(f"timing {name} on this machine, once: {done}/{total} batch sizes", done / total)
-
-    def _cost_model(self, cfg: GenConfig) -> CostModel:
-        """_cost_model_steps without progress events (--explain)."""
-        steps = self._cost_model_steps(cfg)
-        while True:
-            try:
-                ev = next(steps)
-            except StopIteration as stop:
-                return stop.value
-            if self.progress is not None:
-                self.progress(ev.message, ev.fraction)
-
     def _generate(self, tokens: list[int], cfg: GenConfig, prompt_text: str | None) -> Iterator[Event]:
         cfg = mtp_config(cfg, self.mtp)
         self._check(cfg)
         cfg = self._fit_memory(cfg)
-        self._last = None
-        self._stop.clear()
         loop, method, needs_costs = self._pick_loop(cfg)
-        stats = Stats(method=method, K=cfg.K if method not in ("ar",) else 1, L=cfg.L if method != "ar" else 0)
-        t0 = time.perf_counter()
-        stats.prompt_tokens = len(tokens)
-        stats.prompt_evaluated = self.target.sync(tokens)
-        stats.prompt_seconds = time.perf_counter() - t0
-        return self._drive(loop, method, needs_costs, cfg, stats, tokens, prompt_text)
+        self._last = None
+        self._stop.clear()  # before the wait: a stop while it waits ends the turn at once
+        # the contexts are this generation's until it ends: wait for a timing step in flight
+        ticket = self._costing.enter()
+        try:
+            stats = Stats(method=method, K=cfg.K if method not in ("ar",) else 1, L=cfg.L if method != "ar" else 0)
+            stats.timing_seconds = ticket.waited
+            t0 = time.perf_counter()
+            stats.prompt_tokens = len(tokens)
+            stats.prompt_evaluated = self.target.sync(tokens)
+            stats.prompt_seconds = time.perf_counter() - t0
+        except BaseException:
+            ticket.release()
+            raise
+        events = self._drive(loop, method, needs_costs, cfg, stats, tokens, prompt_text, ticket)
+        weakref.finalize(events, ticket.release)  # an iterator dropped unstarted frees the gate too
+        return events
 
     def _drive(
         self, loop: Loop, method: str, needs_costs: bool, cfg: GenConfig, stats: Stats,
-        tokens: list[int], prompt_text: str | None,
+        tokens: list[int], prompt_text: str | None, ticket: Ticket,
     ) -> Iterator[Event]:
         costs = None
-        if needs_costs:
+        if needs_costs:  # never a re-timing; a first timing only where no timer runs in the background
             try:
-                costs = yield from self._cost_model_steps(cfg)
-            except LocalspecError as e:  # a backend that cannot be timed: plain decoding, said once
-                for st in (self.target, self.draft):
-                    if st is not None:
-                        st.drop_drafts()  # the timing's scratch sequence
-                if method == "auto":
-                    loop = ar_loop
-                stats.choice_note = f"the cost model could not time this placement ({e})"
+                got = yield from self._costing.for_turn(cfg.sampling.greedy, self._stop)
+            except BaseException:  # abandoned while timing
+                ticket.release()
+                raise
+            stats.timing_seconds += got.seconds
+            stats.choice_note = got.note
+            costs, cfg = got.usable(method, cfg)
+            if costs is None and method == "auto":
+                loop = ar_loop
         if costs is not None:
             stats.ar_estimate = costs.ar()
         turn = Turn(
@@ -425,10 +425,11 @@ class RuntimeSession:
                 if st is not None:
                     st.repair()
             if turn.costs is not None:
-                costmodel.save(self.target.ctx, self.draft.ctx if self.draft else None, turn.costs)
+                self._costing.save(turn.costs)
             if turn.suffix is not None:  # the answer's last tokens (after the last draft) too
                 turn.suffix.sync(self.target.committed)
             text = turn.emitter.text
             self._last = (prompt_text, list(tokens), list(turn.emitter.tokens), text)
+            ticket.release()  # decoding is over: a timing step may run while Done is handled
         update = turn.tick()
         yield Done(turn.emitter.done or "max_tokens", text, update.stats, message)

@@ -151,6 +151,21 @@ class Session(Protocol):
         """Ask the running generation to end after the current iteration (thread-safe)."""
         ...
 
+    def start_timing(self, cfg: GenConfig, progress: ProgressFn | None = None) -> None:
+        """Time the cost model on a background thread from now on (serve and chat, which have
+        idle time; a no-op for sessions with nothing to time). Returns at once: a generation
+        never waits for it beyond the timing step in flight (Stats.timing_seconds), and
+        runs what needs no missing curve meanwhile (auto: prompt lookups or plain decoding,
+        said in its choice note). `progress` is called from that thread after each step.
+        Without it, the first turn that needs the cost model times it first (`run`)."""
+        ...
+
+    @property
+    def timing_progress(self) -> tuple[int, int] | None:
+        """(batch sizes timed, sizes to time) while the cost model is being timed, else None
+        (what /health and the TUI show)."""
+        ...
+
     def reset(self) -> None:
         """Forget the conversation (and the KV caches)."""
         ...

@@ -212,6 +212,9 @@ def test_measure_times_every_block_size_and_lets_a_cheaper_bigger_batch_win(monk
         def seq_rm(self, *a) -> None:
             pass
 
+        def pos_max(self, seq: int) -> int:
+            return 63  # the 64 context tokens stay (nothing runs between two decodes here)
+
     monkeypatch.setattr(costmodel.time, "perf_counter", lambda: clock[0])
     c = costmodel.measure(FakeCtx(), reps=2)
     assert set(range(1, 25)) <= set(c.sizes)

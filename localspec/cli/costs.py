@@ -39,7 +39,9 @@ def cmd_show(a: argparse.Namespace) -> int:
             continue
         cells = " ".join(f"{n}:{c(n) * 1e3:.1f}{'*' if n in c.healed else ''}" for n in (1, 2, 4, 8, 16, 32, 64)
                          if n <= c.sizes[-1])
-        state = " STALE: re-timed on next use" if c.stale else (f" level x{c.scale:.2f}" if c.scale != 1.0 else "")
+        level = f" level x{c.scale:.2f}" if c.scale != 1.0 else ""
+        # stale: never re-timed by itself (it heals live); --recalibrate or `clear` re-time it
+        state = f" STALE (live timings disagree: healing{level}; --recalibrate re-times)" if c.stale else level
         print(f"  {p.stem}{state}\n    {cells}")
     for p in accept:
         try:

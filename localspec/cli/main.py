@@ -232,6 +232,7 @@ def cmd_chat(a: argparse.Namespace) -> int:
     sess = open_session(target, draft, opts)
     _pair_note(a)
     settings = resolve(asked, sess, target)
+    sess.start_timing(settings.cfg)  # in the background: the first reply does not wait for it
     print(f"localspec chat: {target} <- {draft} (method {asked.cfg.method}); Ctrl-C stops a reply, Ctrl-D quits",
           file=sys.stderr)
     while True:

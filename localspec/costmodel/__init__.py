@@ -3,11 +3,14 @@
 Speculation only pays when (draft cost + batched verify cost) per emitted token is below the
 target's plain decode cost; on 2 cores with a cheap quantized target it often is not. So the
 costs are measured (a first estimate in a few seconds per model file and placement, cached,
-then healed from the timings generation sees anyway: curves.py), acceptance is tracked while
+then healed from the timings generation sees anyway: curves.py; a session times it in the
+background or before its first turn: session.py), acceptance is tracked while
 generating (acceptance.py), and `auto` picks the fastest (method, K, L) -- or plain AR when
 nothing beats it (predict.py). `explain()` prints the table behind the choice.
 
     curves.py      CostCurve, timing, the on-disk cache, live healing
+    session.py     SessionCosts: one session's cost model, timed without blocking a reply
+    gate.py        DecodeGate: a session's generations and its timing steps, never at once
     acceptance.py  Acceptance: the running rate and the per-confidence calibration
     predict.py     CostModel, Prediction, CalibratedStop, the dynamic-length rules
     explain.py     the --explain table
@@ -64,19 +67,26 @@ __all__ = [
 Progress = tuple[str, int, int]  # (model name, sizes done, sizes in all)
 
 
-def timing_plan(target: Context, draft: Context, cm: CostModel | None, recalibrate: bool = False) -> list[Context]:
-    """The contexts whose curves must be (re-)timed before `model_for` can answer."""
+def timing_plan(
+    target: Context, draft: Context | None, cm: CostModel | None, recalibrate: bool = False
+) -> list[Context]:
+    """The contexts whose curves must be timed before `model_for` can answer: those with no
+    curve (none in `cm`, none cached), every one with --recalibrate. A stale curve is not
+    among them: it heals from live decodes, and a re-timing inside a turn is what made a
+    busy server's requests wait seconds (curves.py)."""
+    ctxs = [c for c in (target, draft) if c is not None]
     if recalibrate:
-        return [target, draft]
+        return ctxs
     if cm is not None:
-        return [c for c, curve in ((target, cm.target), (draft, cm.draft)) if curve.stale]
-    return [c for c in (target, draft) if load_curve(c) is None]
+        return []
+    return [c for c in ctxs if load_curve(c) is None]
 
 
 def model_steps(
     target: Context, draft: Context, greedy: bool = True, cm: CostModel | None = None, recalibrate: bool = False
 ) -> Generator[Progress, None, CostModel]:
-    """model_for, yielding (model, done, total) while it times a curve (a frontend shows it)."""
+    """model_for, yielding (model, done, total) while it times a missing curve (a frontend
+    shows it)."""
     todo = timing_plan(target, draft, cm, recalibrate)
     timed: dict[int, CostCurve] = {}
     for ctx in todo:
@@ -108,7 +118,7 @@ def target_steps(
 ) -> Generator[Progress, None, CostModel]:
     """The cost model of a target alone (no draft: auto's prompt lookups price themselves
     against its curve, costmodel/lookup.py); the draft curve is free."""
-    curve = None if recalibrate else (cm.target if cm is not None and not cm.target.stale else load_curve(target))
+    curve = None if recalibrate else (cm.target if cm is not None else load_curve(target))
     if curve is None:
         curve = yield from _timed(target, recalibrate)
     if cm is None:
@@ -132,8 +142,8 @@ def _timed(ctx: Context, full: bool) -> Generator[Progress, None, CostCurve]:
 def model_for(
     target: Context, draft: Context, greedy: bool = True, cm: CostModel | None = None, recalibrate: bool = False
 ) -> CostModel:
-    """The cost model of a (target, draft) pair: `cm` when given (curves already measured,
-    re-timed where stale), else curves loaded from the cache or timed now.
+    """The cost model of a (target, draft) pair: `cm` when given (curves already measured),
+    else curves loaded from the cache or timed now.
 
     The acceptance estimate is loaded from this pair's previous runs (kept apart for greedy
     and sampled targets, whose acceptance differs) and saved after each turn.

@@ -7,7 +7,11 @@ Contention only ever adds time, so a live sample lowers the curve quickly (the m
 few recent ones) but raises it only when a whole window of samples says so (a persistently
 different machine state wins; one slow sample never does). A healed size also rescales the
 sizes not seen live (the curve's shape is kept, its level follows the machine), and a
-disagreement beyond REMEASURE_BOUND marks the curve stale: the next turn re-times it.
+disagreement beyond REMEASURE_BOUND marks the curve stale. A stale curve is not re-timed
+by itself: a re-timing inside a turn made every other request of a busy server wait
+seconds for it (issue 24), while healing already brings the sizes generation uses back;
+the flag is information (`localspec costs show`), and `--recalibrate` or `localspec costs
+clear` re-time on request.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ RAISE_AFTER = 8  # ... a window of this many all above the curve by RAISE_BOUND 
 # chose L=3 on the F16 target; bench, issue 15). A window's minimum is robust to contention
 # (it only adds time), so 10 % above is a real difference.
 RAISE_BOUND = 1.10
-REMEASURE_BOUND = 1.5  # live vs measured beyond this factor: re-time at the next turn
+REMEASURE_BOUND = 1.5  # live vs measured beyond this factor: the curve is marked stale
 
 
 def cache_dir() -> Path:
@@ -57,7 +61,7 @@ class CostCurve:
     seconds: list[float]
     healed: dict[int, float] = field(default_factory=dict)  # size -> quiet live estimate
     scale: float = 1.0  # live level / measured level, for sizes not seen live
-    stale: bool = False  # live timings disagree beyond REMEASURE_BOUND: re-time it
+    stale: bool = False  # live timings disagreed beyond REMEASURE_BOUND (it still heals)
     dirty: bool = field(default=False, compare=False)  # healed since the last save
     live: dict[int, list[float]] = field(default_factory=dict, repr=False, compare=False)
 
@@ -125,11 +129,17 @@ def measure_steps(
     ctx: Context, sizes: tuple[int, ...] = BATCH_SIZES, reps: int = 5, depth: int = 64
 ) -> Generator[tuple[int, int], None, CostCurve]:
     """Time decodes of n tokens on a scratch sequence after `depth` context tokens, yielding
-    (sizes done, sizes in all) after each size so a frontend can show progress.
+    (sizes done, sizes in all) after each repeat, so a frontend can show progress (the
+    count moves once per size) and a session's background timer can let a generation run
+    in between (costmodel/session.py): it waits for one timed decode (and the context
+    tokens, when a generation dropped them), never for a whole size (the 64-token size on
+    a busy 2-core machine took 12 s as one step).
 
     The minimum over repeats is the cost (interference only ever adds time), and the curve
     is made non-decreasing from the right: n tokens cost at most what a bigger batch costs
     (where a bigger batch is measured cheaper, verifying more tokens is free on the target).
+    A generation between two decodes drops the scratch sequence (a reset clears the whole
+    context): the context tokens are decoded again when they are gone.
     """
     seq = ctx.n_seq_max - 1
     memory = getattr(ctx, "memory", None)
@@ -137,41 +147,55 @@ def measure_steps(
         # a recurrent state cannot lose the timed tokens and keep a prefix: time from an
         # empty scratch sequence, dropped whole between repeats (what the memory allows)
         depth = 0
-    hook, ctx.on_decode = getattr(ctx, "on_decode", None), None  # scratch decodes are not live evidence
+    todo = [n for n in sizes if n <= ctx.n_batch]
+    # largest first: on Mesa 22.3's lavapipe (Debian 12's software Vulkan) a decode whose
+    # shape needs a shader pipeline ggml-vulkan has not built yet crashes the driver's
+    # queue thread while earlier work of the same graph runs (exit 139 at the first
+    # 3-token all-logits decode after 1-token ones); built from the big shapes down, the
+    # small ones find theirs (issue 21; a driver race, this order avoids it here)
+    times_of: dict[int, float] = {}
+    b = ctx.batch
+    for i, n in enumerate(sorted(todo, reverse=True)):
+        times: list[float] = []
+        while len(times) < reps:
+            if depth and ctx.pos_max(seq) != depth - 1:
+                # first, or dropped by a generation: built in the same step as the repeat
+                # after it, so that every step times something (with one step between two
+                # generations, which drop them, a step of its own would be built forever)
+                ctx.seq_rm(seq, 0, -1)
+                b.clear().add_sequence([1] * depth, 0, seq, logits_last=False)
+                _scratch_decode(ctx)
+            b.clear()
+            for j in range(n):
+                b.add(1, depth + j, seq, True)
+            times.append(_scratch_decode(ctx))
+            ctx.seq_rm(seq, depth, -1)
+            if len(times) < reps:
+                yield i, len(todo)
+        times_of[n] = float(np.min(times))
+        if i + 1 == len(todo):
+            ctx.seq_rm(seq, 0, -1)
+        yield i + 1, len(todo)
+    out = [times_of[n] for n in todo]
+    out = list(np.minimum.accumulate(np.array(out)[::-1])[::-1])
+    return CostCurve(todo, out)
+
+
+def _scratch_decode(ctx: Context) -> float:
+    """One decode of the scratch batch, its seconds. Not live evidence and not a turn's
+    work: the decode hook is off and the counters are put back (a generation may run
+    before the next one, and reads both)."""
+    hook, ctx.on_decode = getattr(ctx, "on_decode", None), None
     tap, ctx.after_decode = getattr(ctx, "after_decode", None), None  # nor history (backend/mtp.py)
+    decodes, evaluated = ctx.n_decodes, ctx.n_evaluated
     try:
-        b = ctx.batch
-        if depth:
-            b.clear().add_sequence([1] * depth, 0, seq, logits_last=False)
-            ctx.decode()
-        todo = [n for n in sizes if n <= ctx.n_batch]
-        # largest first: on Mesa 22.3's lavapipe (Debian 12's software Vulkan) a decode whose
-        # shape needs a shader pipeline ggml-vulkan has not built yet crashes the driver's
-        # queue thread while earlier work of the same graph runs (exit 139 at the first
-        # 3-token all-logits decode after 1-token ones); built from the big shapes down, the
-        # small ones find theirs (issue 21; a driver race, this order avoids it here)
-        times_of: dict[int, float] = {}
-        for i, n in enumerate(sorted(todo, reverse=True)):
-            times = []
-            for _ in range(reps):
-                b.clear()
-                for j in range(n):
-                    b.add(1, depth + j, seq, True)
-                t0 = time.perf_counter()
-                ctx.decode()
-                times.append(time.perf_counter() - t0)
-                ctx.seq_rm(seq, depth, -1)
-            times_of[n] = float(np.min(times))
-            yield i + 1, len(todo)
-        out = [times_of[n] for n in todo]
-        out = list(np.minimum.accumulate(np.array(out)[::-1])[::-1])
-        ctx.seq_rm(seq, 0, -1)
-        ctx.n_decodes -= (1 if depth else 0) + reps * len(out)
-        ctx.n_evaluated -= depth + sum(reps * n for n in todo)
-        return CostCurve(todo, out)
+        t0 = time.perf_counter()
+        ctx.decode()
+        return time.perf_counter() - t0
     finally:
         ctx.on_decode = hook
         ctx.after_decode = tap
+        ctx.n_decodes, ctx.n_evaluated = decodes, evaluated
 
 
 def measure(ctx: Context, sizes: tuple[int, ...] = BATCH_SIZES, reps: int = 5, depth: int = 64) -> CostCurve:
@@ -186,13 +210,14 @@ def measure(ctx: Context, sizes: tuple[int, ...] = BATCH_SIZES, reps: int = 5, d
 
 def load_curve(ctx: Context) -> CostCurve | None:
     """The cached curve of this model and placement, None when there is none (or it is
-    unreadable, or stale: live timings disagreed with it beyond REMEASURE_BOUND)."""
+    unreadable). A stale one is returned as it is, healed sizes and level included: it
+    keeps healing, and only --recalibrate re-times it (the module docstring)."""
     path = curve_path(ctx)
     try:
         c = CostCurve.from_json(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return None if c.stale else c
+    return c
 
 
 def save_curve(ctx: Context, c: CostCurve) -> None:

@@ -131,8 +131,9 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
         cm.lookup = LookupGate()
     gate = cm.lookup
     settings = _decide(cm, turn) if proposer is not None else None
-    if proposer is None:
-        turn.stats.choice_note = "no draft model: prompt lookup where it pays, else plain decoding"
+    if proposer is None:  # the runtime's note says why when there is a draft model (still timing)
+        why = turn.stats.choice_note or "no draft model"
+        turn.stats.choice_note = f"{why}: prompt lookup where it pays, else plain decoding"
     ran = [_ran(settings)]
     turn.stats.ran = ran[0]
     turn.stats.ar_estimate = cm.ar()

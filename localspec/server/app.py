@@ -84,7 +84,8 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "busy": worker.busy, "queued": worker.queued,
-                             "queue_max": worker.max_queue, "slots": worker.slots()})
+                             "queue_max": worker.max_queue, "slots": worker.slots(),
+                             "localspec": _health_info(session)})
 
     async def slots(request: Request) -> Response:
         """llama-server's /slots: what each slot does (behind the API key, as there)."""
@@ -201,6 +202,13 @@ class JobStream(StreamingResponse):
 
 
 # ---------------------------------------------------------------------------- helpers
+def _health_info(session: Session) -> dict:
+    """localspec's part of /health: how far the cost model's background timing is (requests
+    meanwhile run plain decoding or prompt lookups; null once it is done)."""
+    progress = session.timing_progress
+    return {"timing": None if progress is None else {"done": progress[0], "total": progress[1]}}
+
+
 def _auth(request: Request, key: str | None) -> None:
     if not key:
         return

@@ -7,6 +7,7 @@ like every other bad input, and so the tests and the benchmark can hand uvicorn 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import socket
@@ -108,6 +109,16 @@ def _drain(server, worker, seconds: float) -> None:
     worker.drain(seconds)
 
 
+def _log_to_stderr(level: str) -> None:
+    """localspec's own log lines (the cost model's timing, a request that waited for it) on
+    stderr beside uvicorn's, at its --log-level."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+    logger = logging.getLogger("localspec")
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
+
+
 def _sigterm(signum, frame) -> None:
     raise SystemExit(0)
 
@@ -149,10 +160,15 @@ def cmd_serve(a: argparse.Namespace) -> int:
     try:
         settings = resolve(asked, sess, target)  # a request's own fields still win (server/schema.py)
         cfg = settings.cfg
-        if cfg.method == "auto" and (draft is not None or pool is not None):
-            sess.explain(cfg)  # measure the cost curves now rather than during the first request
-        if pool is not None:
-            pool.share_costs()  # timed on the full contexts, before any slot batches with another
+        _log_to_stderr(a.log_level)
+        if pool is None:  # time the cost model while serving: requests meanwhile run what needs no missing curve
+            sess.start_timing(cfg)
+        else:
+            # slots share the real contexts: time them before any slot batches (progress on
+            # stderr), then every slot prices its blocks with that model
+            if cfg.method == "auto":
+                sess.explain(cfg)
+            pool.share_costs()
         config = ServerConfig(model_id=a.alias or model_id(target),
                               draft=model_id(draft) if draft else None, api_key=a.api_key or None,
                               max_queue=a.queue, max_body=a.max_body,

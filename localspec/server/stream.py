@@ -51,6 +51,7 @@ def timings(st: Stats, queue_seconds: float) -> dict:
         "draft_n": st.drafted,
         "draft_n_accepted": sum(st.accepted_lengths),
         "queue_ms": queue_seconds * 1e3,
+        "timing_wait_ms": st.timing_seconds * 1e3,  # waited for the cost model's timing step in flight
     }
 
 
@@ -80,6 +81,8 @@ def localspec_info(done: Done, req: GenRequest, queue_seconds: float, draft: str
         "stop_reason": done.reason,
         "queue_ms": queue_seconds * 1e3,
     }
+    if st.choice_note:  # why auto ran what it ran (e.g. the cost model still timing)
+        info["choice_note"] = st.choice_note
     if done.message:
         info["message"] = done.message
     if req.ignored:

@@ -133,6 +133,8 @@ class LocalspecApp(App[int]):
             self._post(_Failed(describe_error(exc), loading=True))
             return
         self._post(_Loaded(session, settled))
+        # the cost model is timed while the user types: its steps show in the status line
+        session.start_timing(settled or self.cfg, lambda message, fraction: self._post(Progress(message, fraction)))
 
     def _generate(self, session: Session, user_text: str, cfg: GenConfig) -> None:
         try:
