@@ -49,7 +49,8 @@ class Pool:
         self.slots: list[RuntimeSession] = []
         for i in range(n_slots):
             t = KVState(SlotContext(base.target.ctx, self.rounds, i, n_slots))  # type: ignore[arg-type]
-            d = KVState(SlotContext(base.draft.ctx, self.rounds, i, n_slots)) if base.draft else None  # type: ignore[arg-type]
+            d = (KVState(SlotContext(base.draft.ctx, self.rounds, i, n_slots, priority=1))  # type: ignore[arg-type]
+                 if base.draft else None)
             self.slots.append(RuntimeSession(base.target_model, base.draft_model, per, base.target_name,
                                              base.draft_name, states=(t, d)))
         self.share_costs()
@@ -60,8 +61,9 @@ class Pool:
         to the round the other slots fill (acceptance, healing and the cache stay shared)."""
         cm = self.base.costs
         for i, s in enumerate(self.slots):
-            if cm is None:
+            if cm is None:  # never timed inside a round (other slots' tokens would be in it)
                 s.costs = None
+                s._costing.error = "with -np the cost model is timed at start-up (--method auto)"  # noqa: SLF001
                 continue
             t, d = s.target.ctx, s.draft.ctx if s.draft else None
             s.costs = replace(cm, target=InRound(cm.target, lambda i=i, c=t.real: self.rounds.others(i, c)),

@@ -285,3 +285,69 @@ def test_rounds_learn_what_the_other_slots_add():
         t.join(10)
     assert seen[0] == pytest.approx(10, rel=0.15) and seen[1] == pytest.approx(3, rel=0.15)
     assert rounds.others(0, real) == 0.0  # nobody else active now
+
+
+def test_in_round_never_prices_a_token_at_zero():
+    """A measured curve is flat in places (timed minima, made monotone): the marginal there
+    is 0, which would make AR's predicted rate infinite (a ZeroDivisionError in auto)."""
+    from localspec.costmodel.curves import CostCurve
+    from localspec.costmodel.inround import FLOOR, InRound
+
+    flat = CostCurve([1, 8, 16, 64], [0.010, 0.020, 0.020, 0.050])
+    seen = InRound(flat, lambda: 9.0)
+    assert seen(1) == pytest.approx(FLOOR * flat(1)) and seen(1) > 0
+    assert seen(8) == pytest.approx(max(flat(17) - flat(9), FLOOR * flat(8)))
+
+
+def test_slots_saving_one_estimate_at_once_do_not_collide(tmp_path):
+    from localspec.costmodel.acceptance import Acceptance
+
+    path = tmp_path / "accept.json"
+    errors: list[BaseException] = []
+
+    def save() -> None:
+        try:
+            for _ in range(50):
+                Acceptance(prior=0.5).save(path)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=save) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert errors == [] and path.is_file()
+
+
+def test_draft_rounds_go_first_and_the_target_round_takes_every_slot():
+    """Slot 0 waits to verify while slot 1 still drafts two steps: the draft rounds run
+    alone (cheap), then ONE target round verifies both (no target pass per draft step)."""
+    real_t, real_d = FakeReal(), FakeReal()
+    rounds = Rounds()
+    t = [SlotContext(real_t, rounds, i, 2) for i in range(2)]  # type: ignore[arg-type]
+    d = [SlotContext(real_d, rounds, i, 2, priority=1) for i in range(2)]  # type: ignore[arg-type]
+    go = threading.Barrier(2)
+
+    def verifier() -> None:
+        with rounds.active(0):
+            go.wait()
+            t[0].batch.clear().add(5, 0, 0, True)
+            t[0].decode()
+
+    def drafter() -> None:
+        with rounds.active(1):
+            go.wait()
+            for step in range(2):
+                d[1].batch.clear().add(7, step, 0, True)
+                d[1].decode()
+            t[1].batch.clear().add(6, 0, 0, True)
+            t[1].decode()
+
+    threads = [threading.Thread(target=verifier), threading.Thread(target=drafter)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(10)
+    assert len(real_d.decodes) == 2 and len(real_t.decodes) == 1
+    assert sorted(s for _, _, seqs, _ in real_t.decodes[0] for s in seqs) == [0, 4]  # both slots' tokens

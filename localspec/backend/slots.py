@@ -113,23 +113,32 @@ class Rounds:
         """Wait until the round with this slot's decode has run (or run it, as the last one in)."""
         with self._cv:
             sc.error = None
+            sc.ran = False
             self._waiting[sc.index] = sc  # a slot is one thread: it waits on one decode at a time
-            ticket = self.rounds
             if self._active | {sc.index} <= set(self._waiting):
                 self._fire()
-            while self.rounds == ticket:
+            while not sc.ran:
                 self._cv.wait()
         if sc.error is not None:
             raise sc.error
 
     def _fire(self) -> None:
-        """Run the waiting decodes, one llama_decode per real context (lock held)."""
+        """Run the waiting decodes of ONE real context, the cheapest (lock held).
+
+        Why one: slots drafting (L cheap draft steps) beside slots verifying (one costly
+        target pass) would otherwise pay a target pass per draft step. Draft rounds go
+        first, so the drafting slots run through their steps together while the verifying
+        ones wait; once every slot waits on the target, one target round verifies them all:
+        the slots fall into step, drafting together and verifying together."""
         groups: dict[int, list[SlotContext]] = {}
         for sc in self._waiting.values():
             groups.setdefault(id(sc.real), []).append(sc)
-        self._waiting = {}
-        for scs in groups.values():
-            self._decode(scs)
+        scs = max(groups.values(), key=lambda g: g[0].priority)
+        for sc in scs:
+            del self._waiting[sc.index]
+        self._decode(scs)
+        for sc in scs:
+            sc.ran = True
         self.rounds += 1
         self._cv.notify_all()
 
@@ -165,13 +174,15 @@ class Rounds:
 class SlotContext:
     """One slot's view of a shared Context (see the module docstring)."""
 
-    def __init__(self, real: Context, rounds: Rounds, index: int, n_slots: int) -> None:
+    def __init__(self, real: Context, rounds: Rounds, index: int, n_slots: int, priority: int = 0) -> None:
         if real.memory.has_state:
             raise ConfigError(f"-np {n_slots}: {real.model.name} keeps a recurrent state ({real.memory.value} "
                               "memory), one per sequence, which slots cannot share yet; use -np 1")
         self.real = real
         self.rounds = rounds
         self.index = index
+        self.priority = priority  # the round among those waiting that runs first (the draft's)
+        self.ran = False
         self.n_seq_max = real.n_seq_max // n_slots
         self.base = index * self.n_seq_max
         self.n_ctx = real.n_ctx // n_slots

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,7 +83,8 @@ class Acceptance:
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        # one temporary file per writer: the slots of `serve -np N` save the same estimate
+        tmp = path.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}")
         bins = [[a, t] for a, t in zip(self.bin_accepted, self.bin_trials, strict=True)]
         tmp.write_text(json.dumps({"accepted": self.accepted, "trials": self.trials, "bins": bins}))
         os.replace(tmp, path)

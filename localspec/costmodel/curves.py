@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -223,7 +224,7 @@ def load_curve(ctx: Context) -> CostCurve | None:
 def save_curve(ctx: Context, c: CostCurve) -> None:
     path = curve_path(ctx)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp = path.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}")  # slots save at once
     tmp.write_text(json.dumps(c.to_json()))
     os.replace(tmp, path)
     c.dirty = False

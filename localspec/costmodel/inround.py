@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 from localspec.costmodel.curves import CostCurve
 
+FLOOR = 0.1
+
 
 class InRound:
     """A CostCurve look-alike: calls price n tokens on top of `others()`; the rest delegates."""
@@ -31,7 +33,9 @@ class InRound:
             return self.curve(n)
         lo = int(b)
         base = self.curve(lo) if lo >= 1 else 0.0
-        return self.curve(lo + n) - base
+        # a flat stretch of the measured curve would price tokens at zero (and AR's rate at
+        # infinity): a token in a round costs at least FLOOR of what it costs alone
+        return max(self.curve(lo + n) - base, FLOOR * self.curve(n))
 
     def __getattr__(self, name: str):  # noqa: ANN204 - healing, staleness, saving: the shared curve's
         return getattr(self.curve, name)
