@@ -315,7 +315,7 @@ def test_send_while_generating_is_refused() -> None:
 
 def test_run_tui_returns_exit_code_and_closes_session(monkeypatch: pytest.MonkeyPatch) -> None:
     """run_tui (the CLI's entry point) quits with 0 and closes the session it loaded."""
-    from localspec.tui import app as app_module
+    from localspec.tui import run as app_module
 
     fake = FakeSession(demo_turns())
     original_run = LocalspecApp.run
@@ -333,7 +333,7 @@ def test_run_tui_returns_exit_code_and_closes_session(monkeypatch: pytest.Monkey
 
 
 def test_run_tui_returns_2_when_loading_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    from localspec.tui import app as app_module
+    from localspec.tui import run as app_module
 
     original_run = LocalspecApp.run
 

@@ -167,7 +167,7 @@ def cmd_run(a: argparse.Namespace) -> int:
             "tok_per_s": st.tok_per_s,
             "parse": getattr(st, "parse", None),
             **st.to_json(),
-            "spans": spans.spans if spans is not None else [],
+            "spans": spans.trimmed(st.n_tokens) if spans is not None else [],
         }
         print(json.dumps(payload))
     else:

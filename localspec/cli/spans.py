@@ -38,6 +38,21 @@ class SpanLog:
         else:
             self.spans.append({"by": by, "text": ev.text, "tokens": len(ev.tokens)})
 
+    def trimmed(self, n_tokens: int) -> list[dict]:
+        """The spans with their tokens counting what `n_tokens` (Stats, usage) counts: the
+        loops report the end-of-turn token with the event that sampled it, though it is not
+        part of the answer; the excess comes off the last spans (server/stream.py does the
+        same for provenance)."""
+        out = [dict(s) for s in self.spans]
+        excess = sum(s["tokens"] for s in out) - n_tokens
+        for s in reversed(out):
+            if excess <= 0:
+                break
+            cut = min(excess, s["tokens"])
+            s["tokens"] -= cut
+            excess -= cut
+        return [s for s in out if s["text"] or s["tokens"]]
+
     def tap(self, events: Iterable[Event]) -> Iterator[Event]:
         """Pass `events` through unchanged, feeding each on the way."""
         for ev in events:
