@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
 
 import numpy as np
@@ -21,10 +20,11 @@ from localspec.backend.chat import ChatTemplate
 from localspec.backend.logs import configure_logging
 from localspec.backend.mtp import MtpHead
 from localspec.backend.offload import plan_pair
-from localspec.config import LOOKUPS, METHOD_TABLE, GenConfig
+from localspec.config import GenConfig
 from localspec.costmodel import CostModel
 from localspec.costmodel.session import SessionCosts, Ticket
 from localspec.decode.autoregressive import ar_loop
+from localspec.decode.choice import Loop, check_config, fit_memory, pick_loop
 from localspec.decode.emitter import Emitter
 from localspec.decode.mtp import mtp_config
 from localspec.decode.state import KVState
@@ -34,8 +34,6 @@ from localspec.errors import ConfigError
 from localspec.events import Done, Event, Stats
 from localspec.session import Message, ProgressFn, Prompt, SessionOptions, ThinkMarkers
 from localspec.stopflag import StopFlag
-
-Loop = Callable[[Turn], Iterator[Event]]
 
 
 def _resolve(spec: str, progress: ProgressFn | None) -> str:
@@ -132,7 +130,7 @@ class RuntimeSession:
         self._stop.set()
 
     def start_timing(self, cfg: GenConfig, progress: ProgressFn | None = None) -> None:
-        _, _, needs_costs = self._pick_loop(cfg)
+        _, _, needs_costs = pick_loop(cfg, self.draft is not None)
         self._costing.start(needs_costs, progress)
 
     @property
@@ -235,7 +233,7 @@ class RuntimeSession:
 
     def explain(self, cfg: GenConfig) -> str:
         where = "; ".join(f"{role}: {w}" for role, w in self.placement.items())
-        cfg = self._fit_memory(cfg)
+        cfg = fit_memory(cfg, self.target, self.draft)
         cm = self._costing.model_now(cfg.sampling.greedy, self.progress) if self.draft is not None else None
         table = costmodel.explain(cm, cfg, self.costs)
         return f"placement: {where}\nmemory: {self.memory_summary()}\n{table}"
@@ -294,55 +292,6 @@ class RuntimeSession:
         toks = tm.tokenize(prompt_text, add_special=False)
         return ([tm.bos] if add_bos else []) + toks
 
-    def _check(self, cfg: GenConfig) -> None:
-        cfg.validate()
-        if cfg.needs_draft_model and self.draft is None:
-            raise ConfigError(f"--method {cfg.method} needs a draft model (--draft / -md), "
-                              "or --spec-type ngram or suffix (lookups, no model)")
-        need = cfg.K + cfg.stacked + 1
-        if cfg.method not in ("ar", "parse") and need > self.options.n_seq_max:
-            raise ConfigError(f"-K/--drafts {cfg.K} needs n_seq_max >= {need} (got {self.options.n_seq_max}); lower -K")
-        if cfg.method not in ("ar", "parse") and (cfg.K + cfg.stacked) * cfg.L + 2 > self.options.n_batch:
-            raise ConfigError(
-                f"-K/--drafts {cfg.K} x -L/--draft-len {cfg.L} = {cfg.K * cfg.L} draft tokens do not fit "
-                f"in one batch of {self.options.n_batch} (--batch); lower -K or -L"
-            )
-
-    def _fit_memory(self, cfg: GenConfig) -> GenConfig:
-        """Refuse what a recurrent state cannot run (a tree of drafts, PARSE's copies) with
-        the methods that work; let auto choose among one-draft settings only."""
-        stateful = [(st.ctx.model.name, st.memory) for st in (self.target, self.draft)
-                    if st is not None and st.memory.has_state]
-        if not stateful or cfg.method == "ar":
-            return cfg
-        name, memory = stateful[0]
-        ok = [m.name for m in METHOD_TABLE.values() if m.one_state and m.name != "ar"]
-        works = f"use one draft (-K 1) with --method {', '.join(ok[:-1])} or {ok[-1]}, or --method ar"
-        spec = METHOD_TABLE[cfg.method]
-        if not spec.one_state or cfg.stacked or (cfg.K > 1 and not cfg.auto_K):
-            what = f"--method {cfg.method}" + (f" -K {cfg.K}" if spec.verifier else "")
-            raise ConfigError(f"{what} is not possible on {name}: it keeps a recurrent state "
-                              f"({memory.value} memory), which several drafts cannot share; {works}")
-        return replace(cfg, K=1, auto_K=False) if cfg.auto_K else cfg
-
-    def _pick_loop(self, cfg: GenConfig) -> tuple[Loop, str, bool]:
-        """The loop for cfg.method, the method it runs, and whether it decides with the cost model."""
-        method = cfg.method
-        if method == "ar" or (method == "auto" and self.draft is None and not set(LOOKUPS) & cfg.kinds):
-            return ar_loop, "ar", False
-        if method == "auto":
-            from localspec.decode.auto import auto_loop
-
-            return auto_loop, "auto", True
-        if method == "parse":
-            from localspec.decode.parse import parse_loop
-
-            # no -L given: the speculative finish runs what auto would
-            return parse_loop, "parse", cfg.parse.resume == "spec" and cfg.auto_L
-        from localspec.decode.speculative import speculative_loop
-
-        return speculative_loop, method, False
-
     def _suffix_store(self, cfg: GenConfig) -> SuffixStore | None:
         """The session's suffix store when this turn may draft by it (made once; its bound
         follows the latest turn's --spec-suffix-max-tokens)."""
@@ -355,9 +304,9 @@ class RuntimeSession:
 
     def _generate(self, tokens: list[int], cfg: GenConfig, prompt_text: str | None) -> Iterator[Event]:
         cfg = mtp_config(cfg, self.mtp)
-        self._check(cfg)
-        cfg = self._fit_memory(cfg)
-        loop, method, needs_costs = self._pick_loop(cfg)
+        check_config(cfg, self.options, self.draft is not None)
+        cfg = fit_memory(cfg, self.target, self.draft)
+        loop, method, needs_costs = pick_loop(cfg, self.draft is not None)
         self._last = None
         self._stop.clear()  # before the wait: a stop while it waits ends the turn at once
         # the contexts are this generation's until it ends: wait for a timing step in flight
