@@ -347,7 +347,10 @@ def test_a_placement_that_cannot_be_timed_falls_back_to_ar_in_one_line(tiny, tmp
         raise LocalspecError("llama_decode failed with code -1 (the backend)")
         yield  # a generator, as timing_steps is
 
+    from localspec.costmodel import curves
+
     monkeypatch.setattr(costmodel, "timing_steps", failing)
+    monkeypatch.setattr(curves, "timing_steps", failing)  # what the session's timer calls
     sess = session(tiny["qwen35"], tiny["qwen35-draft"])
     ref, _ = run(sess, greedy("ar", 1))
     toks, st = run(sess, GenConfig(method="auto", n_predict=N, seed=1, sampling=SamplingConfig(temp=0.0)))

@@ -275,6 +275,7 @@ print(json.dumps({"names": names, "layers": remote_t.placement.layers,
 '''
 
 
+@pytest.mark.slow  # ~18 s: two RPC servers and a split target (long tier)
 def test_target_split_across_two_servers_matches_local(servers, smollm2_path, smollm2_q8_path, tmp_path):
     """SmolLM2 target: 11 layers on the local CPU, 10 on each server; draft local. Greedy
     ar / sd / mdbv / auto give the local run's text, or differ first at a near-tie (the

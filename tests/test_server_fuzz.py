@@ -185,6 +185,7 @@ def bodies(seed: int, n: int):
 
 
 # ------------------------------------------------------------------------------ the tests
+@pytest.mark.slow  # ~20 s of 3,000 bodies: the long tier (CI runs it); the hand-written cases stay fast
 def test_fuzzed_bodies_never_500(fuzz_srv, records):
     statuses: dict[int, int] = {}
     with httpx.Client(base_url=fuzz_srv.url, timeout=60) as c:
