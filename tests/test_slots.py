@@ -72,6 +72,9 @@ class FakeReal:
         self.removed.append((seq, p0, p1))
         return True
 
+    def seq_rm(self, seq: int, p0: int = 0, p1: int = -1) -> None:
+        assert self.try_seq_rm(seq, p0, p1)
+
     def seq_cp(self, src, dst, p0=0, p1=-1) -> None:
         self.removed.append((-100 - src, dst, p0))
 

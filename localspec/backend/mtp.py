@@ -37,7 +37,7 @@ import numpy as np
 
 from localspec.backend.batch import Batch
 from localspec.backend.context import Context, context_params
-from localspec.errors import ConfigError, ContextFullError, LocalspecError
+from localspec.errors import ConfigError, ContextFullError, LocalspecError, SeqOpError
 
 # name in src/llama-ext.h -> (its Itanium-mangled symbol, argtypes, restype)
 NEXTN_SYMBOLS: dict[str, tuple[str, list, object]] = {
@@ -179,7 +179,7 @@ class MtpHead:
     def _cut(self, keep: int) -> None:
         """Forget the head's entries from position `keep` on."""
         if keep < len(self.tokens):
-            llama_cpp.llama_memory_seq_rm(self.mem, 0, keep, -1)
+            self._rm(keep)
             del self.tokens[keep:]
 
     def _feed(self, history: list[int], last: int | None = None) -> bool:
@@ -252,8 +252,15 @@ class MtpHead:
     def rewind(self, end: int) -> None:
         """Drop the entries from `end` on: a draft chain's, paired with the head's own rows
         rather than the target's, are no history (and `tokens` never held them)."""
-        llama_cpp.llama_memory_seq_rm(self.mem, 0, end, -1)
+        self._rm(end)
         del self.tokens[end:]
+
+    def _rm(self, p0: int) -> None:
+        """Drop the head's entries from p0 on; a refusal (llama.cpp returns False) means the
+        head's history is not what `tokens` says: stop rather than draft from it."""
+        if not llama_cpp.llama_memory_seq_rm(self.mem, 0, p0, -1):
+            raise SeqOpError(f"llama.cpp refused to drop the MTP head's entries from position {p0} "
+                             f"({self.model.name}); this is a localspec bug: please report it")
 
     def close(self) -> None:
         """Free the head (before the target context it reads from)."""

@@ -245,7 +245,7 @@ class SlotContext:
     def seq_keep(self, seq: int) -> None:
         for s in self._own():
             if s != self.base + seq:
-                self.real.try_seq_rm(s)
+                self.real.seq_rm(s)  # checked: a refusal raises SeqOpError
 
     def pos_max(self, seq: int = 0) -> int:
         return self.real.pos_max(self.base + seq)
@@ -254,7 +254,7 @@ class SlotContext:
         return self.real.pos_min(self.base + seq)
 
     def clear(self) -> None:
-        self.try_seq_rm(-1)
+        self.seq_rm(-1)
 
     def close(self) -> None:
         """The shared context is closed by its owner (the pool), not by a slot."""
