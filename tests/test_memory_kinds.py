@@ -104,7 +104,8 @@ def test_every_offered_method_gives_ar_greedy_text(tiny, arch, pairing):
 def test_refused_methods_name_what_works(tiny, arch):
     sess = session(tiny[arch], tiny[arch + "-draft"])
     for cfg in (greedy("mdbv", 2), greedy("spectr", 3), greedy("spectr-gbv", 2),
-                GenConfig(method="parse"), greedy("auto", 2)):
+                GenConfig(method="parse"), greedy("auto", 2),
+                greedy("sd", 1, spec_type=("ngram+draft",))):  # a stack is two drafts
         with pytest.raises(ConfigError, match="recurrent state.*-K 1.*--method ar") as e:
             list(sess.complete(PROMPT, cfg))
         assert "\n" not in str(e.value)
