@@ -63,7 +63,7 @@ class Pool:
         for i, s in enumerate(self.slots):
             if cm is None:  # never timed inside a round (other slots' tokens would be in it)
                 s.costs = None
-                s._costing.error = "with -np the cost model is timed at start-up (--method auto)"  # noqa: SLF001
+                s.never_time("with -np the cost model is timed at start-up (--method auto)")
                 continue
             t, d = s.target.ctx, s.draft.ctx if s.draft else None
             s.costs = replace(cm, target=InRound(cm.target, lambda i=i, c=t.real: self.rounds.others(i, c)),

@@ -125,6 +125,11 @@ class RuntimeSession:
     def costs(self, cm: CostModel | None) -> None:
         self._costing.costs = cm
 
+    def never_time(self, why: str) -> None:
+        """This session must not time its contexts (a pool's slot: a round holds the other
+        slots' tokens); a turn that would need timing decodes plainly, saying `why`."""
+        self._costing.error = why
+
     # ------------------------------------------------------------------ Session API
     def stop(self) -> None:
         self._stop.set()

@@ -354,3 +354,21 @@ def test_draft_rounds_go_first_and_the_target_round_takes_every_slot():
         th.join(10)
     assert len(real_d.decodes) == 2 and len(real_t.decodes) == 1
     assert sorted(s for _, _, seqs, _ in real_t.decodes[0] for s in seqs) == [0, 4]  # both slots' tokens
+
+
+def test_a_slot_never_times_inside_a_round(smollm2_q8_path, smollm2_q4_0_path, tmp_path, monkeypatch):
+    """With no cost model timed at start-up, auto in a slot decodes plainly and says why: a
+    timing decode in a round would time the other slots' tokens too."""
+    from localspec.config import GenConfig, SamplingConfig
+    from localspec.pool import open_pool
+    from localspec.session import SessionOptions
+
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))  # nothing cached: a turn would time
+    pool = open_pool(str(smollm2_q8_path), str(smollm2_q4_0_path), SessionOptions(n_ctx=1024, n_batch=256), 2)
+    try:
+        with pool.active(0):
+            done = list(pool.slots[0].generate("1, 2, 3,", GenConfig(n_predict=4, sampling=SamplingConfig(temp=0.0))))[-1]
+        assert done.stats.ran == "ar" and "-np" in done.stats.choice_note
+        assert not list((tmp_path / "costs").glob("*.json"))  # nothing was timed, so nothing cached
+    finally:
+        pool.close()
