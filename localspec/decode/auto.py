@@ -74,42 +74,42 @@ def _ran(settings: SpecSettings | None) -> str:
 Lookup = LookupProposer | SuffixProposer | ChainProposer
 
 
+def lookup_bet(turn: Turn, cm: CostModel, lookup: Lookup | None, gate: LookupGate) -> tuple[int, float, tuple] | None:
+    """(draft length that pays most, its predicted speedup over AR, the gate's key) for the
+    history's lookup match now; None without a match. The gate learns per (proposer, match
+    length): an ngram and a suffix match of one length are different bets."""
+    if lookup is None:
+        return None
+    trie = lookup.propose(turn.target.committed, 1, LOOKUP_MAX_L)
+    if trie is None:
+        return None
+    key = (trie.source, lookup.matched)
+    L, speedup = gate.best_length(cm.target, key, trie.L)
+    return L, speedup, key
+
+
+def lookup_iteration(turn: Turn, lookup: Lookup, gate: LookupGate, key: tuple, L: int,
+                     rng: NumpyRNG) -> list[Event] | None:
+    """One lookup draft of L tokens verified, the gate taught what it did."""
+    st = SpecSettings("sd" if turn.cfg.sampling.greedy else "gbv", 1, L)
+    res = spec_iteration(turn, st, lookup, rng)  # the same continuation, cut to L
+    if res is None:
+        return None
+    if res.drafted:
+        gate.update(key, res.decision.tau, res.drafted)
+        gate.overhead = 0.9 * gate.overhead + 0.1 * res.overhead_seconds
+    return res.events
+
+
 def lookup_or_ar(turn: Turn, cm: CostModel, lookup: Lookup | None, gate: LookupGate,
                  rng: NumpyRNG) -> list[Event] | None:
     """Where the draft model does not run: a lookup draft when the history has one and the
-    gate says it pays (target curve x the lookups' acceptance), else one plain step. The
-    gate learns per (proposer, match length): an ngram and a suffix match of one length are
-    different bets."""
-    if lookup is not None:
-        trie = lookup.propose(turn.target.committed, 1, LOOKUP_MAX_L)
-        if trie is not None:
-            n = (trie.source, lookup.matched)
-            L, _ = gate.best_length(cm.target, n, trie.L)
-            if L:
-                st = SpecSettings("sd" if turn.cfg.sampling.greedy else "gbv", 1, L)
-                res = spec_iteration(turn, st, lookup, rng)  # the same continuation, cut to L
-                if res is None:
-                    return None
-                if res.drafted:
-                    gate.update(n, res.decision.tau, res.drafted)
-                    gate.overhead = 0.9 * gate.overhead + 0.1 * res.overhead_seconds
-                return res.events
+    gate says it pays (target curve x the lookups' acceptance), else one plain step."""
+    bet = lookup_bet(turn, cm, lookup, gate)
+    if bet is not None and bet[0]:
+        assert lookup is not None
+        return lookup_iteration(turn, lookup, gate, bet[2], bet[0], rng)
     return ar_step(turn)
-
-
-def _lookup_beats_draft(turn: Turn, cm: CostModel, lookup: Lookup | None, gate: LookupGate) -> bool:
-    """In a draft-model phase: whether the lookup's match this iteration is predicted to
-    beat the draft model's setting (the gate's speedup for this (proposer, match length) on
-    the target curve vs the cost model's prediction for the draft). Decided from the
-    history and what earlier verifications taught, never from this iteration's outcome, so
-    every lossless verifier stays exact."""
-    if lookup is None or not turn.stats.predicted:
-        return False
-    trie = lookup.propose(turn.target.committed, 1, LOOKUP_MAX_L)
-    if trie is None:
-        return False
-    _, speedup = gate.best_length(cm.target, (trie.source, lookup.matched), trie.L)
-    return speedup > turn.stats.predicted[-1][0]
 
 
 def auto_loop(turn: Turn) -> Iterator[Event]:
@@ -148,8 +148,14 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
         check_ar = settings is not None and since >= RECHECK_EVERY and _needs_ar(cm)
         if check_ar:
             cm.ar_checks += 1
-        if settings is not None and not check_ar and not probe and _lookup_beats_draft(turn, cm, lookup, gate):
-            events = lookup_or_ar(turn, cm, lookup, gate, rng)  # this iteration, the free draft pays more
+        # in a draft-model phase the lookup drafts an iteration whose match is predicted to
+        # beat the draft model's setting (decided from the history and earlier verifications,
+        # never from this iteration's outcome: every lossless verifier stays exact)
+        bet = (lookup_bet(turn, cm, lookup, gate)
+               if settings is not None and not check_ar and not probe and turn.stats.predicted else None)
+        if bet is not None and bet[0] and bet[1] > turn.stats.predicted[-1][0]:
+            assert lookup is not None
+            events = lookup_iteration(turn, lookup, gate, bet[2], bet[0], rng)
         elif (settings is not None or probe) and not check_ar:
             assert proposer is not None
             st = settings or SpecSettings("sd" if turn.cfg.sampling.greedy else "gbv", 1, 4)
