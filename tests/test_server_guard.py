@@ -201,3 +201,20 @@ def test_metrics_count_a_request_whose_client_left(srv):
     after = scrape(srv)
     tokens = after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
     assert 0 < tokens < 400
+
+
+def test_metrics_split_tokens_by_every_proposer():
+    """Each finished request's Stats.by_proposer() feeds the proposer label: a suffix or MTP
+    draft is not counted as ngram (as it once was), and the draft model keeps the rest."""
+    from localspec.events import Done, Stats
+    from localspec.server.metrics import Metrics
+
+    m = Metrics("m")
+    st = Stats(method="sd", drafted=20, accepted_lengths=[4, 6], proposed={"suffix": (5, 3), "mtp": (2, 1)})
+    m.submitted(1)
+    m.record(1, ("done", Done("max_tokens", "x", st, "")))
+    text = m.render(0, 0, 16)
+    want = {"draft": (13, 6), "ngram": (0, 0), "suffix": (5, 3), "mtp": (2, 1)}
+    for p, (d, a) in want.items():
+        assert f'vllm:spec_decode_num_draft_tokens_total{{model_name="m",proposer="{p}"}} {d}' in text, p
+        assert f'vllm:spec_decode_num_accepted_tokens_total{{model_name="m",proposer="{p}"}} {a}' in text, p

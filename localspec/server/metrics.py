@@ -31,7 +31,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # what llama-server a
 # vLLM's finished_reason values for localspec's stop reasons
 FINISHED = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context_full": "length",
             "interrupted": "abort"}
-PROPOSERS = ("draft", "ngram")
+PROPOSERS = ("draft", "ngram", "suffix")  # always exported (zeros included); "mtp" once it drafted
 ENDPOINTS = {"/chat/completions": "chat", "/completions": "completions", "/models": "models",
              "/health": "health", "/metrics": "metrics"}
 
@@ -107,10 +107,9 @@ class Metrics:
         self.decodes += st.target_calls
         self.tokens_max = max(self.tokens_max, st.prompt_tokens + st.n_tokens)
         self.drafts += len(st.accepted_lengths)
-        self.drafted["ngram"] += st.lookup_drafted
-        self.drafted["draft"] += st.drafted - st.lookup_drafted
-        self.accepted["ngram"] += st.lookup_accepted
-        self.accepted["draft"] += sum(st.accepted_lengths) - st.lookup_accepted
+        for p, (d, a) in st.by_proposer().items():  # the one per-proposer split (Stats)
+            self.drafted[p] = self.drafted.get(p, 0) + d
+            self.accepted[p] = self.accepted.get(p, 0) + a
         if len(self.per_position) < len(st.position_accepts):
             self.per_position += [0] * (len(st.position_accepts) - len(self.per_position))
         for i, n in enumerate(st.position_accepts):
