@@ -122,10 +122,16 @@ def peer_drafts(path: Path, prompt: str, n: int, L: int) -> list[list[int]]:
 def test_drafted_tokens_equal_llama_cpp_draft_mtp(tiny, arch):
     """Every draft equals the peer's (ours may be shorter at the end: -n counts differ by
     one and llama.cpp's MTP drafts its n_max whatever is left)."""
-    theirs = peer_drafts(tiny[arch], PROMPT, N, 3)
     sess = head_session(tiny[arch])
     toks, ours, st = run(sess, greedy("sd"))
     sess.close()
+    # on a loaded machine the peer's -v log held fewer drafts (33-34 of 40 under a CPU hog,
+    # all 40 on a quiet machine; the drafts it did log matched ours): cause not found (its
+    # log is written by a background thread), so it is run again, up to 3 times
+    for _ in range(3):
+        theirs = peer_drafts(tiny[arch], PROMPT, N, 3)
+        if len(theirs) >= len(ours):
+            break
     assert len(ours) >= 10 and len(theirs) >= len(ours)
     for i, (a, b) in enumerate(zip(theirs, ours, strict=False)):
         assert a[: len(b)] == b, f"draft {i}: llama.cpp {a}, localspec {b}"
