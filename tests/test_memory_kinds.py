@@ -370,3 +370,15 @@ def test_a_sliding_window_prefix_whose_cells_were_reused_is_evaluated_again(tiny
     monkeypatch.setattr(Context, "pos_min", lambda self, seq=0: 15)  # cells before 15 reused
     assert st.sync(first[:20] + [8, 9]) == 21  # 20 - 15 < the 8-token window: all again
     assert st.ctx.n_rs_seq == 0 and st.memory is Memory.SLIDING_WINDOW
+
+
+def test_a_batch_that_cannot_hold_the_snapshots_is_refused_not_aborted(tiny):
+    """llama.cpp aborts the process when a ubatch cannot keep 1 + n_rs_seq trailing tokens;
+    localspec says which flag to change instead (and the smallest batch that works runs)."""
+    m = model(tiny["qwen35"])
+    with pytest.raises(ConfigError, match=r"--batch 16 is too small.*--rs-snapshots 16.*--batch 18"):
+        Context(m, n_ctx=256, n_batch=16, n_seq_max=2, threads=1, rs_snapshots=16)
+    st = KVState(Context(m, n_ctx=256, n_batch=18, n_seq_max=2, threads=1, rs_snapshots=16))
+    st.sync(m.tokenize("one two three four five six seven eight nine ten eleven twelve thirteen "
+                       "fourteen fifteen sixteen seventeen eighteen nineteen twenty"))
+    assert st.n_past > 18

@@ -95,6 +95,13 @@ class Context:
             # one recurrent state per sequence: the main one and one branch (a draft block or
             # the cost model's scratch) are all localspec uses on such a model
             n_seq_max = min(n_seq_max, 2)
+            # llama.cpp keeps a sequence's last 1 + n_rs_seq tokens in one ubatch (their
+            # snapshots) and aborts the process (GGML_ASSERT n_ubatch > n_keep_tail) otherwise
+            ub = min(x for x in (n_ubatch or n_batch, n_batch, n_ctx or n_batch) if x > 0)
+            if rs_snapshots and ub <= rs_snapshots + 1:
+                raise ConfigError(f"--batch {ub} is too small for {model.name}'s recurrent state with "
+                                  f"--rs-snapshots {rs_snapshots}: use --batch {rs_snapshots + 2} or more, "
+                                  f"or --rs-snapshots {max(ub - 2, 0)} or fewer")
         p = context_params(model.load, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
                            n_seq_max=n_seq_max, threads=threads,
                            n_rs_seq=rs_snapshots if memory.has_state else 0)
