@@ -372,3 +372,25 @@ def test_a_slot_never_times_inside_a_round(smollm2_q8_path, smollm2_q4_0_path, t
         assert not list((tmp_path / "costs").glob("*.json"))  # nothing was timed, so nothing cached
     finally:
         pool.close()
+
+
+def test_bench_slots_runs_each_method_on_a_pool(smollm2_q8_path, smollm2_q4_0_path, tmp_path, capsys):
+    """`localspec bench slots`: C generations at once per method, counted from the real
+    contexts (the slots' decodes were joined: fewer target calls than tokens); a
+    --concurrent beyond --np is a one-line refusal (exit 2)."""
+    import json
+
+    from localspec.cli.main import main
+
+    out = tmp_path / "slots.json"
+    args = ["bench", "slots", "-m", str(smollm2_q8_path), "-md", str(smollm2_q4_0_path), "--np", "2",
+            "--methods", "ar", "sd:2", "-n", "8", "-c", "512", "--kinds", "code", "--json", str(out)]
+    assert main(args) == 0
+    rows = json.loads(out.read_text())["results"]
+    assert [r["method"] for r in rows] == ["ar", "sd:2"]
+    for r in rows:
+        assert r["tokens"] == 16 and r["aggregate_tok_per_s"] > 0
+        assert 0 < r["decodes"]["target"]["calls"] < r["tokens"] + 4  # two slots' steps shared calls
+    assert rows[0]["ran"] == ["ar", "ar"] and "draft" in rows[1]["decodes"]
+    assert "bench slots: 2 generations at once on 2 slots" in capsys.readouterr().out
+    assert main(["bench", "slots", "-m", str(smollm2_q8_path), "--np", "2", "--concurrent", "3"]) == 2
