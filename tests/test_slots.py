@@ -10,6 +10,7 @@ really were joined (fewer llama_decode calls than the slots made).
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -100,6 +101,81 @@ def test_each_slot_owns_its_share_of_ids_positions_and_batch():
     with pytest.raises(ConfigError, match="share of --batch"):
         for i in range(33):
             a.batch.add(1, i, 0)
+
+
+class LockCheckingReal(FakeReal):
+    """Every memory call must come with the rounds' lock held by the calling thread, and
+    never overlap another memory call or a decode (llama.cpp's memory is not thread-safe)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rounds: Rounds | None = None
+        self.inside = 0
+        self.overlaps = 0
+        self.unlocked: list[str] = []
+
+    def _enter(self, what: str) -> None:
+        assert self.rounds is not None
+        if not self.rounds._cv._is_owned():  # type: ignore[attr-defined]
+            self.unlocked.append(what)
+        self.inside += 1
+        if self.inside > 1:
+            self.overlaps += 1
+        time.sleep(0.0005)  # widen the window a missing lock would leave open
+        self.inside -= 1
+
+    def decode(self, b: FakeBatch) -> None:
+        self._enter("decode")
+        super().decode(b)
+
+    def try_seq_rm(self, seq: int, p0: int = 0, p1: int = -1) -> bool:
+        self._enter("seq_rm")
+        return super().try_seq_rm(seq, p0, p1)
+
+    def seq_cp(self, src, dst, p0=0, p1=-1) -> None:
+        self._enter("seq_cp")
+        super().seq_cp(src, dst, p0, p1)
+
+    def pos_max(self, seq: int = 0) -> int:
+        self._enter("pos_max")
+        return super().pos_max(seq)
+
+    def pos_min(self, seq: int = 0) -> int:
+        self._enter("pos_min")
+        return 0
+
+
+def test_slots_never_touch_the_shared_memory_at_once():
+    """Four slots editing their caches while others decode (requests starting together,
+    speculating slots rolling back): each llama.cpp memory call holds the rounds' lock, so
+    none overlaps another or a round (unlocked, two slots' edits corrupted llama.cpp's
+    per-sequence maps: an intermittent SIGSEGV under `serve -np 4`)."""
+    real = LockCheckingReal()
+    real.n_seq_max = 8
+    real, rounds, scs = _slots(4, real)
+    real.rounds = rounds
+    go = threading.Barrier(4)
+
+    def run(sc: SlotContext) -> None:
+        with rounds.active(sc.index):
+            go.wait()
+            for i in range(15):
+                sc.seq_rm(0, i, -1)
+                sc.seq_cp(0, 1)
+                sc.pos_max(0)
+                sc.pos_min(1)
+                sc.seq_keep(0)
+                sc.batch.clear().add_sequence([1, 2], i, 0)
+                sc.decode()
+            sc.clear()
+
+    threads = [threading.Thread(target=run, args=(sc,)) for sc in scs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert not real.unlocked and real.overlaps == 0
+    assert len(real.removed) > 4 * 15 * 2
 
 
 def test_a_round_fires_when_every_active_slot_waits_and_rows_are_each_slot_s_own():

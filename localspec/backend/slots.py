@@ -17,7 +17,11 @@ Invariants:
   fits one llama_decode (llama-server splits -c across -np slots the same way);
 - a round runs only while every active slot waits (then no slot reads logits or edits its
   cache), and `Rounds.active(i)` must wrap a slot's whole generation: KV edits before the
-  first decode happen while the slot is counted active, so never during a running round.
+  first decode happen while the slot is counted active, so never during a running round;
+- every KV operation of a slot (remove, copy, keep, position queries) holds the rounds'
+  lock: llama.cpp's memory is not thread-safe, and two slots editing it at once (two
+  requests starting together, or two speculating slots rolling back) corrupted its
+  per-sequence maps -- an intermittent SIGSEGV in `serve -np` and `bench slots` runs.
 """
 
 from __future__ import annotations
@@ -104,6 +108,12 @@ class Rounds:
                 self._active.discard(slot)
                 if self._waiting and self._active <= set(self._waiting):
                     self._fire()
+
+    @property
+    def lock(self) -> threading.Condition:
+        """Held by every slot's KV operation and by every round: one llama.cpp call on the
+        shared contexts at a time (reentrant: a KV op inside a locked section is fine)."""
+        return self._cv
 
     @property
     def n_active(self) -> int:
@@ -230,9 +240,10 @@ class SlotContext:
         return range(self.base, self.base + self.n_seq_max)
 
     def try_seq_rm(self, seq: int, p0: int = 0, p1: int = -1) -> bool:
-        if seq < 0:
-            return all([self.real.try_seq_rm(s, p0, p1) for s in self._own()])
-        return self.real.try_seq_rm(self.base + seq, p0, p1)
+        with self.rounds.lock:
+            if seq < 0:
+                return all([self.real.try_seq_rm(s, p0, p1) for s in self._own()])
+            return self.real.try_seq_rm(self.base + seq, p0, p1)
 
     def seq_rm(self, seq: int, p0: int = 0, p1: int = -1) -> None:
         if not self.try_seq_rm(seq, p0, p1):
@@ -240,18 +251,22 @@ class SlotContext:
                              f"{seq} ({self.model.name}); this is a localspec bug: please report it")
 
     def seq_cp(self, src: int, dst: int, p0: int = 0, p1: int = -1) -> None:
-        self.real.seq_cp(self.base + src, self.base + dst, p0, p1)
+        with self.rounds.lock:
+            self.real.seq_cp(self.base + src, self.base + dst, p0, p1)
 
     def seq_keep(self, seq: int) -> None:
-        for s in self._own():
-            if s != self.base + seq:
-                self.real.seq_rm(s)  # checked: a refusal raises SeqOpError
+        with self.rounds.lock:
+            for s in self._own():
+                if s != self.base + seq:
+                    self.real.seq_rm(s)  # checked: a refusal raises SeqOpError
 
     def pos_max(self, seq: int = 0) -> int:
-        return self.real.pos_max(self.base + seq)
+        with self.rounds.lock:
+            return self.real.pos_max(self.base + seq)
 
     def pos_min(self, seq: int = 0) -> int:
-        return self.real.pos_min(self.base + seq)
+        with self.rounds.lock:
+            return self.real.pos_min(self.base + seq)
 
     def clear(self) -> None:
         self.seq_rm(-1)
