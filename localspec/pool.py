@@ -65,6 +65,7 @@ class Pool:
                 s.costs = None
                 s.never_time("with -np the cost model is timed at start-up (--method auto)")
                 continue
+            s.never_time(None)
             t, d = s.target.ctx, s.draft.ctx if s.draft else None
             s.costs = replace(cm, target=InRound(cm.target, lambda i=i, c=t.real: self.rounds.others(i, c)),
                               draft=cm.draft if d is None else

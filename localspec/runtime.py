@@ -125,9 +125,11 @@ class RuntimeSession:
     def costs(self, cm: CostModel | None) -> None:
         self._costing.costs = cm
 
-    def never_time(self, why: str) -> None:
+    def never_time(self, why: str | None) -> None:
         """This session must not time its contexts (a pool's slot: a round holds the other
-        slots' tokens); a turn that would need timing decodes plainly, saying `why`."""
+        slots' tokens); a turn that would need timing decodes plainly, saying `why`. None
+        lifts it: the pool handed over a model timed at start-up (a refusal left standing
+        would make every turn plain decoding, with the model right there)."""
         self._costing.error = why
 
     # ------------------------------------------------------------------ Session API

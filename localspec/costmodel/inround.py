@@ -1,12 +1,22 @@
 """One slot's view of a shared cost curve: what its tokens ADD to a round others also fill.
 
 Why: with `serve -np N` a slot's verify block is decoded in one llama_decode with the other
-slots' tokens (backend/slots.py). The time a slot's choice costs the server is then the
-marginal cost curve(B + n) - curve(B), B being what the others put in the round, not
-curve(n): on a CPU, where a bigger batch costs nearly in proportion, speculation that pays
-for a lone request may not pay inside a full round, and auto should see that. Everything
-else (healing from live decodes, staleness, saving) is the shared curve's: a combined
-decode is a true measurement of curve(B + n).
+slots' tokens (backend/slots.py). The time a slot's choice costs the server is then what
+its tokens add to that round, not curve(n). Alone in the round (no other slot active) it
+is the plain curve, and auto speculates as for a lone request.
+
+Sharing a round, every token the slot adds is priced at the round's marginal cost of one,
+curve(B + 1) - curve(B) (B: what the others put in it): n tokens cost n of those. So a
+draft block can never beat a plain step there, and a sharing slot decodes plainly.
+Measured with `localspec bench slots` on the 2-core machine (F16 1.5B <- Q4_0 0.5B, 4 slots
+x 128 tokens, docs/performance.md#slots): the round is compute-bound; sd L = 2 in every
+slot gave 1.01-1.15x AR over four runs, sd L = 4 1.03-1.13x. Pricing a block by the curve's
+own marginal, curve(B + n) - curve(B), or against what the others emit per round, made
+slots choose on their own, out of step, and lose 18-21 % to AR in every slot: curves timed
+on one sequence under-price a mixed round by ~25 %, and one slot's draft steps stall the
+others' rounds. A flatter curve (a GPU) is where in-round speculation would pay; that is
+not measured.
+Healing from live decodes, staleness and saving are the shared curve's.
 """
 
 from __future__ import annotations
@@ -33,9 +43,13 @@ class InRound:
             return self.curve(n)
         lo = int(b)
         base = self.curve(lo) if lo >= 1 else 0.0
-        # a flat stretch of the measured curve would price tokens at zero (and AR's rate at
+        # a flat stretch of the measured curve would price a token at zero (and AR's rate at
         # infinity): a token in a round costs at least FLOOR of what it costs alone
-        return max(self.curve(lo + n) - base, FLOOR * self.curve(n))
+        return n * max(self.curve(lo + 1) - base, FLOOR * self.curve(1))
+
+    def sharing(self) -> bool:
+        """Whether other slots share the round now (what a plain-decoding note says)."""
+        return self.others() > 0.0
 
     def __getattr__(self, name: str):  # noqa: ANN204 - healing, staleness, saving: the shared curve's
         return getattr(self.curve, name)

@@ -89,6 +89,10 @@ class CostModel:
     def why_ar(self) -> str:
         """One line for a user whose auto run fell back to plain decoding: why, and what
         would pay (measured here: the Q4 0.5B draft next to the Q4 1.5B target on 2 cores)."""
+        sharing = getattr(self.target, "sharing", None)
+        if sharing is not None and sharing():
+            return ("other slots share this slot's decodes: in a shared round a drafted token costs "
+                    "what an emitted one does (costmodel/inround.py), so it decodes plainly until alone")
         step, one = self.draft(1), self.target(1)
         verify8 = self.target(9) / one
         return (
