@@ -29,7 +29,9 @@ MAX_SLOTS = 16  # n_slots x n_seq_max must stay within llama.cpp's 256 sequences
 
 def pool_options(options: SessionOptions, n_slots: int) -> SessionOptions:
     """The real contexts' sizes: --ctx and --batch as given (totals), a slot's sequences times N."""
-    return replace(options, n_seq_max=options.n_seq_max * n_slots)
+    # no head for a pool's auto: its context follows one history (the base's), not the slots'
+    mtp = False if options.mtp is None and n_slots > 1 else options.mtp
+    return replace(options, n_seq_max=options.n_seq_max * n_slots, mtp=mtp)
 
 
 def slot_options(total: SessionOptions, n_slots: int) -> SessionOptions:

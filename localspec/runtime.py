@@ -32,6 +32,7 @@ from localspec.decode.suffix import SuffixStore
 from localspec.decode.turn import Turn
 from localspec.errors import ConfigError
 from localspec.events import Done, Event, Stats
+from localspec.models.gguf import nextn_layers
 from localspec.session import Message, ProgressFn, Prompt, SessionOptions, ThinkMarkers
 from localspec.stopflag import StopFlag
 
@@ -68,7 +69,8 @@ def load_session(
     say(f"loading {target}", 0.3)
     configure_logging(options.verbose)  # -v shows the backends' start-up lines too
     plan = plan_pair(options, tpath, dpath)  # where layers go (GPU offload), draft first
-    tmodel = Model(tpath, verbose=options.verbose, load=options.target_load, placement=plan.target, load_mtp=options.mtp)
+    load_mtp = options.mtp is True or (options.mtp is None and not dpath and nextn_layers(tpath) > 0)
+    tmodel = Model(tpath, verbose=options.verbose, load=options.target_load, placement=plan.target, load_mtp=load_mtp)
     dmodel = None
     if dpath:
         say(f"loading {draft}", 0.6)
@@ -102,7 +104,7 @@ class RuntimeSession:
                       threads=options.threads, rs_snapshots=options.rs_snapshots)
         self.target, self.draft = states or (KVState(Context(target, **ctx_kw)),
                                              KVState(Context(draft, **ctx_kw)) if draft else None)
-        self.mtp = MtpHead(self.target.ctx) if options.mtp and states is None else None  # the target's own draft
+        self.mtp = MtpHead(self.target.ctx) if target.load_mtp and states is None else None  # the target's own draft
         self.template = ChatTemplate(target)
         self.messages: list[dict[str, str]] = []
         self._stop = StopFlag()

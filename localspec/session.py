@@ -64,7 +64,9 @@ class SessionOptions:
     recalibrate: bool = False  # re-time the cost model's curves on first use (--recalibrate)
     rpc: list[str] = field(default_factory=list)  # HOST:PORT of llama.cpp RPC servers to register
     rs_snapshots: int = 16  # recurrent-state snapshots per sequence (--rs-snapshots; llama.cpp's n_rs_seq)
-    mtp: bool = False  # load the target's MTP head (its nextn layers) for --spec-type mtp
+    # load the target's MTP head (its nextn layers): True for --spec-type mtp; None: when the
+    # target has one and no draft model is given (what `auto` then drafts with)
+    mtp: bool | None = False
 
 
 @runtime_checkable

@@ -293,3 +293,63 @@ def test_the_proposer_samples_from_its_q_rows_and_leaves_only_history(tiny):
     with pytest.raises(ConfigError, match="-K 1"):
         prop.propose(sess.target.committed, 2, 4)
     sess.close()
+
+
+def test_auto_drafts_with_the_head_when_no_draft_model_is_given(tiny, tmp_path, monkeypatch):
+    """`auto` with a head and no -md: the runtime loads the head (SessionOptions.mtp None,
+    what the CLI passes for auto) and auto prices it as a draft. On this CPU the tiny
+    target's measured curve says no draft pays (8 tokens cost ~4x one): plain decoding,
+    saying so. On a flat curve (a GPU's shape, put in here) it drafts with the head, whose
+    step is then priced by its live time. Greedy text is AR's either way; with a draft model
+    given, or on a target without a head, nothing extra is loaded."""
+    from localspec.costmodel.curves import CostCurve
+    from localspec.decode import mtp as mtp_mod
+    from localspec.runtime import open_session
+
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))  # the tiny model's curves, timed here
+    monkeypatch.setattr(mtp_mod, "HEAD_COST_PRIOR", 0.01)
+    opts = SessionOptions(n_ctx=2048, n_batch=256, threads=1, mtp=None)
+    sess = open_session(str(tiny["qwen35-mtp-echo"]), None, opts)
+    try:
+        assert sess.mtp is not None and sess.target_model.load_mtp
+        want = ar_tokens(sess)
+        cfg = GenConfig(method="auto", auto_L=True, n_predict=N, sampling=SamplingConfig(temp=0.0))
+        toks, _, st = run(sess, cfg)
+        assert toks == want and "MTP head" in st.choice_note
+        cm = sess.costs
+        assert cm is not None
+        if cm.target(9) > 2 * cm.target(1):  # the CPU's steep curve (what this machine measures)
+            assert "mtp" not in st.proposed
+        sizes = [1, 2, 4, 8, 16, 32, 64]
+        cm.target = CostCurve(sizes, [0.01] * len(sizes))  # flat: verifying a block costs one step
+        toks, drafts, st = run(sess, cfg)
+        assert toks == want
+        assert drafts and st.proposed.get("mtp", (0, 0))[0] > 0, (st.ran, st.choice_note)
+        assert "by the MTP head" in st.ran
+        assert 0 < cm.draft(1) != 0.01 * 0.01  # its live step time, not the prior
+    finally:
+        sess.close()
+    for target, draft in ((tiny["qwen35-mtp-echo"], tiny["qwen35"]), (tiny["qwen35"], None)):
+        s = open_session(str(target), str(draft) if draft else None, opts)
+        try:
+            assert s.mtp is None and not s.target_model.load_mtp
+        finally:
+            s.close()
+
+
+def test_the_cli_loads_a_head_for_auto_only_when_nothing_else_is_named():
+    from argparse import Namespace
+
+    from localspec.cli.args import mtp_option
+
+    assert mtp_option(Namespace(method="auto", spec_type=None)) is None
+    assert mtp_option(Namespace(method="auto", spec_type=["mtp"])) is True
+    assert mtp_option(Namespace(method="auto", spec_type=["ngram"])) is False
+    assert mtp_option(Namespace(method="sd", spec_type=None)) is False
+    assert mtp_option(Namespace()) is None  # a command without the flags: as auto
+
+
+def test_nextn_layers_are_read_from_the_header(tiny):
+    from localspec.models.gguf import nextn_layers
+
+    assert nextn_layers(tiny["qwen35-mtp"]) == 1 and nextn_layers(tiny["qwen35"]) == 0

@@ -55,7 +55,7 @@ def add_gen_args(p: argparse.ArgumentParser) -> None:
                    "default), or several: ngram,draft (the first that drafts), ngram+draft (stacked: the "
                    "lookup's draft beside -K model drafts in ONE target pass, verified by rrs). "
                    "Default: the draft model; auto also uses the lookups where the cost model says they "
-                   "pay, and with no -md the lookups alone")
+                   "pay, and with no -md the target's MTP head when it has one, else the lookups alone")
     g.add_argument("--spec-ngram-min", type=int, default=2, metavar="N", help="shortest n-gram a lookup matches")
     g.add_argument("--spec-ngram-max", type=int, default=8, metavar="N",
                    help="longest n-gram a lookup matches (the longest match wins)")
@@ -144,5 +144,15 @@ def session_options(a: argparse.Namespace) -> SessionOptions:
                           rpc=list(getattr(a, "rpc", [])), target_load=target_load, draft_load=draft_load,
                           recalibrate=getattr(a, "recalibrate", False),
                           rs_snapshots=getattr(a, "rs_snapshots", 16),
-                          # the head's layers are loaded with the model: only when asked for
-                          mtp=any(PROPOSERS.get(t) == "mtp" for t in getattr(a, "spec_type", None) or ()))
+                          # the head's layers are loaded with the model: when asked for, or
+                          # (None) for auto on a target that has one and no -md
+                          mtp=mtp_option(a))
+
+
+def mtp_option(a: argparse.Namespace) -> bool | None:
+    """--spec-type naming mtp: True; auto with nothing else named: None (the runtime loads
+    the head when the target has one and no draft is given); otherwise False."""
+    types = getattr(a, "spec_type", None) or ()
+    if any(PROPOSERS.get(t) == "mtp" for t in types):
+        return True
+    return None if getattr(a, "method", "auto") == "auto" and not types else False

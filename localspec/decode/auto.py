@@ -15,6 +15,7 @@ from localspec.costmodel import CostModel, dynamic_length, length_cap, per_draft
 from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate
 from localspec.decode.autoregressive import ar_step
 from localspec.decode.lookup import ChainProposer, LookupProposer
+from localspec.decode.mtp import MtpProposer, head_proposer
 from localspec.decode.proposer import Proposer
 from localspec.decode.speculative import SpecSettings, make_proposer, spec_iteration
 from localspec.decode.suffix import SuffixProposer
@@ -123,8 +124,10 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
     kinds = turn.cfg.proposers
     # the proposer's dynamic length and the cost model share one acceptance estimate:
     # every verification teaches both
-    proposer = (Proposer(turn.draft, turn.cfg.draft_sampling(), turn.rng, learner=cm.acceptance)
-                if turn.draft is not None and "draft" in kinds else None)
+    proposer: Proposer | MtpProposer | None = None
+    if "draft" in kinds:
+        proposer = (Proposer(turn.draft, turn.cfg.draft_sampling(), turn.rng, learner=cm.acceptance)
+                    if turn.draft is not None else head_proposer(turn, cm))  # no draft model: the head
     lookups = tuple(k for k in kinds if k in LOOKUPS)
     lookup = make_proposer(turn, lookups) if lookups else None
     if cm.lookup is None:
@@ -134,6 +137,8 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
     if proposer is None:  # the runtime's note says why when there is a draft model (still timing)
         why = turn.stats.choice_note or "no draft model"
         turn.stats.choice_note = f"{why}: prompt lookup where it pays, else plain decoding"
+    elif turn.draft is None:
+        turn.stats.choice_note = f"the target's MTP head drafts (no draft model): {turn.stats.choice_note}"
     ran = [_ran(settings)]
     turn.stats.ran = ran[0]
     turn.stats.ar_estimate = cm.ar()
@@ -181,6 +186,6 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
         turn.stats.ar_estimate = cm.ar()  # the curves heal as the turn runs
         for source in turn.stats.proposed:
             if source not in turn.stats.ran:
-                turn.stats.ran += f" + {source} lookups"
+                turn.stats.ran += " by the MTP head" if source == "mtp" else f" + {source} lookups"
         yield from events
         yield turn.tick()

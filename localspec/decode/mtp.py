@@ -12,25 +12,39 @@ given), and the verifier gets exactly that row, so sd, gbv and mdbv (K = 1) keep
 target's distribution at T > 0; at T = 0 the draft is the head's argmax and a token is kept
 when the target's argmax agrees (greedy text = AR).
 
-Not built (docs/proposers.md): `auto` choosing it by itself (its cost is not priced yet, so
-`--method auto --spec-type mtp` runs sd / gbv with a fixed -L); several heads chained
-(`llama_set_nextn_layer_offset`, step35's layout); K > 1 drafts from the head.
+`auto` drafts with the head by itself where a draft model would, when the session has a
+head and no draft model (`head_proposer`): the head's step is timed live (a one-size draft
+curve in the cost model, from a prior of HEAD_COST_PRIOR x one target step until the first
+steps are seen), its acceptance learned as a draft model's is, so auto speculates only
+where the head pays and falls back to plain decoding (or a lookup) where it does not.
+`--spec-type mtp` names it explicitly: then sd / gbv run with a fixed -L (MTP_L).
+
+Not built (docs/proposers.md): several heads chained (`llama_set_nextn_layer_offset`,
+step35's layout); K > 1 drafts from the head.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import numpy as np
 
 from localspec.backend.mtp import MtpHead
 from localspec.config import GenConfig, SamplingConfig
+from localspec.costmodel import CostModel
+from localspec.costmodel.curves import CostCurve
 from localspec.decode.proposer import DraftStop, DraftTrie, Node
 from localspec.decode.state import KVState
+from localspec.decode.turn import Turn
 from localspec.errors import ConfigError
 from localspec.sampling import sample_row, transform_row
 
 MTP_L = 3  # draft length without -L: llama.cpp's --spec-draft-n-max default for draft-mtp
+# what auto prices one head step at before it has seen one, as a share of a target step: a
+# head is one block and the LM head, so a fraction of the trunk; 0.3 errs high, which
+# delays speculation by a probe at worst (a head priced free would speculate where it loses)
+HEAD_COST_PRIOR = 0.3
 
 
 def mtp_config(cfg: GenConfig, head: MtpHead | None) -> GenConfig:
@@ -62,11 +76,15 @@ class MtpProposer:
 
     draft = None
 
-    def __init__(self, head: MtpHead, target: KVState, sampling: SamplingConfig, gen: np.random.Generator) -> None:
+    def __init__(self, head: MtpHead, target: KVState, sampling: SamplingConfig, gen: np.random.Generator,
+                 learner=None, curve: CostCurve | None = None) -> None:  # noqa: ANN001 - Acceptance
         self.head = head
         self.target = target
         self.sampling = sampling
         self.gen = gen
+        self.learner = learner  # auto's acceptance estimate: every verification teaches it
+        self.curve = curve  # auto's price of one head step: its live mean lands here
+        self.steps = 0  # head steps timed
 
     def propose(self, committed: list[int], K: int, L: int, stop: DraftStop | None = None,
                 greedy_first: bool = False, per_draft: bool = False) -> DraftTrie | None:
@@ -98,7 +116,9 @@ class MtpProposer:
                 trie.conf[0].append(conf)
                 if depth == L:
                     break
+                t0 = time.perf_counter()
                 logits, h = self.head.step(tok, base + depth, h)
+                self._timed(time.perf_counter() - t0)
                 trie.nodes[-1].evaluated = True
                 trie.evaluated_depth = depth
         finally:
@@ -109,4 +129,25 @@ class MtpProposer:
         """Nothing to keep: the head reads the verification's rows from the target."""
 
     def observe(self, tau: int, drafted: int, confs: list[float]) -> None:
-        """Nothing learns from it yet (auto does not price the head)."""
+        """Learn from one verification (auto's acceptance estimate, when it runs the head)."""
+        if self.learner is not None:
+            self.learner.update(tau, drafted, confs)
+
+    def _timed(self, seconds: float) -> None:
+        """One head step's time into auto's price of it (a running mean, the first one whole)."""
+        self.steps += 1
+        if self.curve is not None:
+            old = self.curve.seconds[0]
+            self.curve.seconds = [seconds if self.steps == 1 else 0.8 * old + 0.2 * seconds]
+
+
+def head_proposer(turn: Turn, cm: CostModel) -> MtpProposer | None:
+    """The head drafting for auto where a draft model would (no draft model, a head loaded):
+    priced by a draft curve of its own step time, K = 1 (the head drafts one chain)."""
+    if turn.mtp is None or turn.draft is not None:
+        return None
+    turn.cfg = replace(turn.cfg, K=1, auto_K=False)
+    curve = CostCurve([1], [HEAD_COST_PRIOR * cm.target(1)])
+    cm.draft = curve
+    return MtpProposer(turn.mtp, turn.target, turn.cfg.draft_sampling(), turn.rng, learner=cm.acceptance,
+                       curve=curve)

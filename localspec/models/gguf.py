@@ -151,6 +151,14 @@ def read_header(path: str | Path) -> GGUFInfo:
     return check_gguf(path, detail=True)
 
 
+def nextn_layers(path: str | Path) -> int:
+    """How many nextn (MTP head) layers a GGUF declares (`<arch>.nextn_predict_layers`; 0:
+    none). Read before loading, so a head is loaded only where auto would use it."""
+    info = read_header(path)  # every scalar key (check_gguf keeps only a few)
+    value = info.metadata.get(f"{info.architecture}.nextn_predict_layers", 0)
+    return int(value) if isinstance(value, (int, float)) else 0
+
+
 def check_gguf(path: str | Path, *, detail: bool = False) -> GGUFInfo:
     """Parse the header and tensor table; raise BadModelFileError unless the file is whole.
 
