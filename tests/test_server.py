@@ -457,3 +457,44 @@ def test_bench_client_reads_our_stream(small):
     assert 1 <= s.tokens <= 6 and 0 < s.ttft <= s.latency
     row = summary(Result("localspec", samples=[s], wall=s.latency))
     assert row["requests"] == 1 and row["ttft_p50_ms"] == s.ttft * 1e3
+
+
+def test_serve_answers_503_loading_with_progress_until_ready(pair, tmp_path):
+    """From the moment the port is bound, a client gets an answer: llama-server's 503
+    "Loading model" JSON with localspec's progress (loading, then the -np start-up timing,
+    here with nothing cached), for /health and for a chat request alike; then 200s."""
+    cmd = [sys.executable, "-m", "localspec.cli", "serve", "-m", str(pair[0]), "-md", str(pair[1]),
+           "--port", "0", "-c", "1024", "-t", "1", "-np", "2", "-n", "4", "--log-level", "warning"]
+    env = {k: v for k, v in os.environ.items() if k != "LOCALSPEC_API_KEY"} | {"LOCALSPEC_HOME": str(tmp_path)}
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env, cwd=Path(__file__).parents[1])
+    try:
+        line = p.stderr.readline()
+        assert line.startswith("localspec serve: loading on http://"), line
+        port = int(line.split("://")[1].split(" ")[0].rsplit(":", 1)[1])
+        seen: list[tuple[int, dict]] = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            r = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10)
+            seen.append((r.status_code, r.json()))
+            if r.status_code == 200:
+                break
+            if len(seen) == 1:  # a request while loading: the same 503, OpenAI-shaped
+                c = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=10,
+                               json={"messages": [{"role": "user", "content": "hi"}]})
+                assert c.status_code == 503 and c.json()["error"]["message"] == "Loading model"
+            time.sleep(0.05)
+        codes = [c for c, _ in seen]
+        assert codes[-1] == 200 and set(codes) <= {200, 503} and 503 in codes, codes
+        loading = [b for c, b in seen if c == 503]
+        assert all(b["error"]["type"] == "unavailable_error" and b["status"] == "loading" for b in loading)
+        steps = [b["localspec"]["loading"]["step"] for b in loading]
+        assert all(isinstance(s, str) and s for s in steps)
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json={"prompt": COUNT}, timeout=60)
+        assert r.status_code == 200
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.communicate(timeout=30)
+        finally:
+            if p.poll() is None:
+                p.kill()

@@ -144,6 +144,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
         print(f"warning: serving on {a.host} without --api-key: anyone who can reach port {a.port} "
               "can use these models", file=sys.stderr)
     from localspec.pool import open_pool, pool_options, slot_options
+    from localspec.server.loading import Loading
 
     n = a.parallel
     opts = session_options(a)
@@ -153,9 +154,22 @@ def cmd_serve(a: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     opts = replace(opts, threads=per_slot.threads)
     sock = bind(a.host, a.port)
-    say = lambda msg, frac: print(f"[{frac:4.0%}] {msg}", file=sys.stderr)  # noqa: E731
-    pool = open_pool(target, draft, opts, n, progress=say) if n > 1 else None
-    sess = pool.base if pool is not None else open_session(target, draft, opts, progress=say)
+    loading = Loading(sock)  # 503 "Loading model" with the progress until uvicorn serves
+    host = f"[{a.host}]" if ":" in a.host else a.host
+    port = sock.getsockname()[1]
+    print(f"localspec serve: loading on http://{host}:{port} (503 with the progress until ready)", file=sys.stderr)
+
+    def say(msg: str, frac: float) -> None:
+        print(f"[{frac:4.0%}] {msg}", file=sys.stderr)
+        loading.set(msg, frac)
+
+    try:
+        pool = open_pool(target, draft, opts, n, progress=say) if n > 1 else None
+        sess = pool.base if pool is not None else open_session(target, draft, opts, progress=say)
+    except BaseException:
+        loading.stop()
+        sock.close()
+        raise
     app = None
     try:
         settings = resolve(asked, sess, target)  # a request's own fields still win (server/schema.py)
@@ -185,8 +199,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
         server = uvicorn.Server(uvicorn.Config(app, log_level=a.log_level, lifespan="on",
                                                timeout_graceful_shutdown=a.drain + 5))
         threading.Thread(target=_drain, args=(server, app.state.worker, a.drain), daemon=True).start()
-        host = f"[{a.host}]" if ":" in a.host else a.host
-        port = sock.getsockname()[1]
+        loading.stop()
         print(f"localspec serve: http://{host}:{port}/v1  model {config.model_id} (draft {config.draft}, "
               f"method {cfg.method}{f', {n} slots' if n > 1 else ''}); Ctrl-C stops", file=sys.stderr)
         previous = signal.signal(signal.SIGTERM, _sigterm)  # uvicorn re-raises it after draining
@@ -199,6 +212,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
         print("localspec serve: stopped", file=sys.stderr)
         return 0
     finally:
+        loading.stop()
         sock.close()
         if app is None or not app.state.worker.alive:  # a generation stuck past the drain keeps its models
             sess.close()
