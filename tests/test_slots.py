@@ -488,3 +488,38 @@ def test_bench_slots_runs_each_method_on_a_pool(smollm2_q8_path, smollm2_q4_0_pa
     assert rows[0]["ran"] == ["ar", "ar"] and "draft" in rows[1]["decodes"]
     assert "bench slots: 2 generations at once on 2 slots" in capsys.readouterr().out
     assert main(["bench", "slots", "-m", str(smollm2_q8_path), "--np", "2", "--concurrent", "3"]) == 2
+
+
+def test_only_a_lone_slot_s_rounds_heal_the_shared_curve():
+    """A round of several slots is several sequences and costs more than one sequence's
+    batch of its size: it must not heal the curve a lone request (and the on-disk cache) is
+    priced by. A round with one slot in it does."""
+
+    class Timed(FakeReal):
+        def decode(self, b: FakeBatch) -> None:
+            super().decode(b)
+            if self.on_decode is not None:
+                self.on_decode(b.n, 0.01)
+
+    real, rounds, (a, b) = _slots(2, Timed())
+    healed: list[int] = []
+    real.on_decode = lambda n, s: healed.append(n)
+    go = threading.Barrier(2)
+
+    def run(sc: SlotContext) -> None:
+        with rounds.active(sc.index):
+            go.wait()
+            sc.batch.clear().add_sequence([1, 2, 3], 0, 0)
+            sc.decode()  # both slots: one joined round
+            go.wait()
+
+    threads = [threading.Thread(target=run, args=(sc,)) for sc in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(real.decodes) == 1 and healed == []
+    with rounds.active(0):
+        a.batch.clear().add_sequence([4, 5], 3, 0)
+        a.decode()  # alone
+    assert healed == [2] and real.on_decode is not None
