@@ -222,3 +222,25 @@ def test_the_draft_stays_local_unless_devd_names_a_remote_device():
     assert d.devices == () and d.layers == {"CPU": d.n_layers}
     _, d2 = pair([HOST64, *rpc], draft=Request("draft", devices=("RPC1",)))
     assert d2.devices == ("RPC1",)
+
+
+def test_a_header_is_read_once_per_file_version(tmp_path):
+    """read_header is cached per (file, size, mtime): a load asks for it several times. A
+    rewritten file is read again; a missing one still fails in one line."""
+    import os
+
+    import pytest
+
+    from localspec.errors import ModelNotFoundError
+    from localspec.models.gguf import read_header
+    from tests.conftest import write_gguf
+
+    p = write_gguf(tmp_path / "m.gguf", n_floats=64)
+    first = read_header(p)
+    assert read_header(str(p)) is first  # the same parse, not a second one
+    write_gguf(p, n_floats=128)
+    os.utime(p, ns=(1, 1))  # a different mtime even on a coarse clock
+    again = read_header(p)
+    assert again is not first and again.file_size != first.file_size
+    with pytest.raises(ModelNotFoundError):
+        read_header(tmp_path / "absent.gguf")
