@@ -378,7 +378,16 @@ def test_a_batch_that_cannot_hold_the_snapshots_is_refused_not_aborted(tiny):
     m = model(tiny["qwen35"])
     with pytest.raises(ConfigError, match=r"--batch 16 is too small.*--rs-snapshots 16.*--batch 18"):
         Context(m, n_ctx=256, n_batch=16, n_seq_max=2, threads=1, rs_snapshots=16)
+    words = ("one two three four five six seven eight nine ten eleven twelve thirteen "
+             "fourteen fifteen sixteen seventeen eighteen nineteen twenty")
     st = KVState(Context(m, n_ctx=256, n_batch=18, n_seq_max=2, threads=1, rs_snapshots=16))
-    st.sync(m.tokenize("one two three four five six seven eight nine ten eleven twelve thirteen "
-                       "fourteen fifteen sixteen seventeen eighteen nineteen twenty"))
+    st.sync(m.tokenize(words))
     assert st.n_past > 18
+    # mamba2 has no snapshot rollback: llama.cpp clamps n_rs_seq to 0, so a small batch is
+    # no danger there and must not be refused (it rolls back by branch copies)
+    r = model(tiny["mamba2"])
+    ctx = Context(r, n_ctx=256, n_batch=16, n_seq_max=2, threads=1, rs_snapshots=16)
+    assert ctx.n_rs_seq == 0
+    st = KVState(ctx)
+    st.sync(r.tokenize(words))
+    assert st.n_past > 16

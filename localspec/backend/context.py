@@ -95,13 +95,6 @@ class Context:
             # one recurrent state per sequence: the main one and one branch (a draft block or
             # the cost model's scratch) are all localspec uses on such a model
             n_seq_max = min(n_seq_max, 2)
-            # llama.cpp keeps a sequence's last 1 + n_rs_seq tokens in one ubatch (their
-            # snapshots) and aborts the process (GGML_ASSERT n_ubatch > n_keep_tail) otherwise
-            ub = min(x for x in (n_ubatch or n_batch, n_batch, n_ctx or n_batch) if x > 0)
-            if rs_snapshots and ub <= rs_snapshots + 1:
-                raise ConfigError(f"--batch {ub} is too small for {model.name}'s recurrent state with "
-                                  f"--rs-snapshots {rs_snapshots}: use --batch {rs_snapshots + 2} or more, "
-                                  f"or --rs-snapshots {max(ub - 2, 0)} or fewer")
         p = context_params(model.load, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
                            n_seq_max=n_seq_max, threads=threads,
                            n_rs_seq=rs_snapshots if memory.has_state else 0)
@@ -117,6 +110,16 @@ class Context:
         self.memory = memory
         # snapshots llama.cpp keeps per sequence (0: this arch cannot roll back a state)
         self.n_rs_seq = int(llama_cpp.llama_n_rs_seq(ptr)) if memory.has_state else 0
+        # llama.cpp keeps a sequence's last 1 + n_rs_seq tokens in one ubatch (their
+        # snapshots) and aborts the process at the first decode (GGML_ASSERT n_ubatch >
+        # n_keep_tail) otherwise. Checked against what llama.cpp made of the request: it
+        # clamps n_rs_seq to 0 on archs without snapshot rollback (mamba2), which any batch fits.
+        ub = int(llama_cpp.llama_n_ubatch(ptr))
+        if self.n_rs_seq and ub <= self.n_rs_seq + 1:
+            llama_cpp.llama_free(ptr)
+            raise ConfigError(f"--batch {ub} is too small for {model.name}'s recurrent state with "
+                              f"--rs-snapshots {self.n_rs_seq}: use --batch {self.n_rs_seq + 2} or more, "
+                              f"or --rs-snapshots {max(ub - 2, 0)} or fewer")
         self.threads = threads
         self.on_decode: Callable[[int, float], None] | None = None  # (n tokens, seconds) after each decode
         # the batch of every decode, once it succeeded (the MTP head reads the hidden rows)
