@@ -326,7 +326,9 @@ def test_auto_drafts_with_the_head_when_no_draft_model_is_given(tiny, tmp_path, 
         assert toks == want
         assert drafts and st.proposed.get("mtp", (0, 0))[0] > 0, (st.ran, st.choice_note)
         assert "by the MTP head" in st.ran
-        assert 0 < cm.draft(1) != 0.01 * 0.01  # its live step time, not the prior
+        assert 1 in cm.draft.healed and cm.draft(1) == cm.draft.healed[1] > 0  # its live step time, not the prior
+        price = cm.draft
+        assert run(sess, cfg)[0] == want and sess.costs.draft is price  # kept across turns, not re-primed
     finally:
         sess.close()
     for target, draft in ((tiny["qwen35-mtp-echo"], tiny["qwen35"]), (tiny["qwen35"], None)):

@@ -13,9 +13,10 @@ target's distribution at T > 0; at T = 0 the draft is the head's argmax and a to
 when the target's argmax agrees (greedy text = AR).
 
 `auto` drafts with the head by itself where a draft model would, when the session has a
-head and no draft model (`head_proposer`): the head's step is timed live (a one-size draft
-curve in the cost model, from a prior of HEAD_COST_PRIOR x one target step until the first
-steps are seen), its acceptance learned as a draft model's is, so auto speculates only
+head and no draft model (`head_proposer`): the head's step is priced by the session's
+draft curve (a draftless session's is free until then), started at HEAD_COST_PRIOR x one
+target step and healed from the head's live steps as any curve is (CostCurve.observe),
+across turns; its acceptance is learned as a draft model's is. So auto speculates only
 where the head pays and falls back to plain decoding (or a lookup) where it does not.
 `--spec-type mtp` names it explicitly: then sd / gbv run with a fixed -L (MTP_L).
 
@@ -83,8 +84,7 @@ class MtpProposer:
         self.sampling = sampling
         self.gen = gen
         self.learner = learner  # auto's acceptance estimate: every verification teaches it
-        self.curve = curve  # auto's price of one head step: its live mean lands here
-        self.steps = 0  # head steps timed
+        self.curve = curve  # auto's price of one head step: healed from the steps timed here
 
     def propose(self, committed: list[int], K: int, L: int, stop: DraftStop | None = None,
                 greedy_first: bool = False, per_draft: bool = False) -> DraftTrie | None:
@@ -118,7 +118,8 @@ class MtpProposer:
                     break
                 t0 = time.perf_counter()
                 logits, h = self.head.step(tok, base + depth, h)
-                self._timed(time.perf_counter() - t0)
+                if self.curve is not None:
+                    self.curve.observe(1, time.perf_counter() - t0)
                 trie.nodes[-1].evaluated = True
                 trie.evaluated_depth = depth
         finally:
@@ -133,13 +134,6 @@ class MtpProposer:
         if self.learner is not None:
             self.learner.update(tau, drafted, confs)
 
-    def _timed(self, seconds: float) -> None:
-        """One head step's time into auto's price of it (a running mean, the first one whole)."""
-        self.steps += 1
-        if self.curve is not None:
-            old = self.curve.seconds[0]
-            self.curve.seconds = [seconds if self.steps == 1 else 0.8 * old + 0.2 * seconds]
-
 
 def head_proposer(turn: Turn, cm: CostModel) -> MtpProposer | None:
     """The head drafting for auto where a draft model would (no draft model, a head loaded):
@@ -147,7 +141,7 @@ def head_proposer(turn: Turn, cm: CostModel) -> MtpProposer | None:
     if turn.mtp is None or turn.draft is not None:
         return None
     turn.cfg = replace(turn.cfg, K=1, auto_K=False)
-    curve = CostCurve([1], [HEAD_COST_PRIOR * cm.target(1)])
-    cm.draft = curve
+    if cm.draft(1) <= 0.0:  # a draftless model's free draft curve: the head is not priced yet
+        cm.draft = CostCurve([1], [HEAD_COST_PRIOR * cm.target(1)])
     return MtpProposer(turn.mtp, turn.target, turn.cfg.draft_sampling(), turn.rng, learner=cm.acceptance,
-                       curve=curve)
+                       curve=cm.draft)
