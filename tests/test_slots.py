@@ -487,7 +487,10 @@ def test_bench_slots_runs_each_method_on_a_pool(smollm2_q8_path, smollm2_q4_0_pa
         assert 0 < r["decodes"]["target"]["calls"] < r["tokens"] + 4  # two slots' steps shared calls
     assert rows[0]["ran"] == ["ar", "ar"] and "draft" in rows[1]["decodes"]
     assert "bench slots: 2 generations at once on 2 slots" in capsys.readouterr().out
+    capsys.readouterr()
     assert main(["bench", "slots", "-m", str(smollm2_q8_path), "--np", "2", "--concurrent", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--concurrent must be in 1..--np (2)" in err[0]
 
 
 def test_only_a_lone_slot_s_rounds_heal_the_shared_curve():

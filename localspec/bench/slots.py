@@ -21,6 +21,7 @@ from dataclasses import replace
 
 from localspec.bench.common import load_prompts, machine_info, write_json
 from localspec.config import GenConfig, SamplingConfig
+from localspec.errors import ConfigError
 from localspec.pool import open_pool
 from localspec.session import SessionOptions
 
@@ -96,8 +97,7 @@ def _cell(d: dict, role: str) -> str:
 def main(a: argparse.Namespace) -> int:
     concurrent = a.concurrent or a.np
     if not 1 <= concurrent <= a.np:
-        print(f"error: --concurrent must be in 1..--np ({a.np})")
-        return 2
+        raise ConfigError(f"--concurrent must be in 1..--np ({a.np}), got {concurrent}")
     prompts = [p.text for p in load_prompts(None, a.kinds)]
     opts = SessionOptions(threads=a.threads, n_ctx=a.ctx * a.np, n_batch=512 * a.np)
     pool = open_pool(a.target, a.draft, opts, a.np)
