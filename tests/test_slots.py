@@ -344,6 +344,7 @@ def test_in_round_prices_what_a_slot_adds_and_auto_sees_it():
     others["n"] = 3.0  # three plain steps, in the flat stretch of the curve
     assert shared.target(5) == pytest.approx(5 * shared.target(1))
     assert shared.choose(cfg)[0] is None and gate.best_length(shared.target, "k", 16) == (0, 1.0)
+    assert "other slots share" in shared.why_ar()  # the note says why, not "does not pay on this machine"
     others["n"] = 0.0  # the others left: the curve is the lone one again
     assert shared.choose(cfg)[0] == alone
     shared.target.dirty = True  # healing and saving act on the one shared curve
