@@ -126,3 +126,11 @@ def suffix_proposer(store: Any, depth: int, min_prob: float, factor: float = 1.0
     from localspec.decode.suffix import SuffixProposer
 
     return SuffixProposer(store, depth, min_prob, factor)
+
+
+def ngram_index(n_min: int, n_max: int) -> Any:
+    """An empty n-gram index (decode/lookup.NgramIndex): `bench ceiling` replays the `ngram`
+    proposer's drafts with it, the same lookups a session's turns make."""
+    from localspec.decode.lookup import NgramIndex
+
+    return NgramIndex(n_min, n_max)

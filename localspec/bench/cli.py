@@ -10,12 +10,12 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    b = sub.add_parser("bench", help="benchmarks: speed, ar, tables, memory, suffix, slots; parse and verify (own --help)",
+    b = sub.add_parser("bench", help="benchmarks: speed, ar, tables, memory, suffix, slots, ceiling; parse and verify (own --help)",
                        epilog="also `localspec bench parse --help` (PARSE accuracy and speed on HumanEval) and "
                               "`localspec bench verify --help` (verifier micro-benchmark)")
     bsub = b.add_subparsers(dest="bench_command", metavar="BENCH")
 
-    from localspec.bench import ar, memory, slots, speed, suffix, tables
+    from localspec.bench import ar, ceiling, memory, slots, speed, suffix, tables
 
     s = bsub.add_parser("speed", help="tok/s of AR, each method and llama.cpp's speculative loop, interleaved",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -46,5 +46,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     slots.add_args(sl)
     sl.set_defaults(func=slots.main)
+
+    c = bsub.add_parser("ceiling", help="the most prompt lookups could give: the target's greedy answers replayed with a perfect gate on its batch curve",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ceiling.add_args(c)
+    c.set_defaults(func=ceiling.main)
 
     b.set_defaults(func=lambda a: (b.print_help(), 2)[1])

@@ -1,0 +1,170 @@
+"""`localspec bench ceiling`: the most prompt lookups could give, before building any more of them.
+
+A lookup draft costs no model call, but verifying it costs a target decode of 1 + L tokens.
+How much it can pay is bounded by two things measured here, not guessed: how much of the
+target's own greedy answer is a copy of text it already has (the prompt and what it wrote so
+far), and the target's batch curve (llama-bench's pp at each size, the same kernels). The
+replay drafts with a perfect gate -- every drafted token is right, a lookup runs only where it
+is -- so its speedup over AR is an upper bound for any gate on that proposer:
+
+- `latest`: the `ngram` proposer's draft (decode/lookup.NgramIndex, through tools.ngram_index: the latest earlier
+  occurrence of the longest matched tail), cut to its right prefix;
+- `any`: every earlier occurrence of the tail at once, the longest right one kept (a
+  zero-cost tree of all candidates: a bound for suffix trees and SuffixDecoding's tree mode).
+
+When the bound is below a goal, no lookup gate, length rule or tree reaches that goal on
+this machine; only a cheaper batch curve (a GPU, an F16 target) or longer copies can.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from localspec import tools
+from localspec.bench.common import load_prompts, machine_info, median, write_json
+
+CostFn = Callable[[int], float]
+SIZES = (1, 2, 4, 8, 16, 32, 64)
+
+
+def curve_from_points(points: dict[int, float]) -> CostFn:
+    """Seconds to decode n tokens in one batch, interpolated from {n: seconds} points."""
+    ns = np.array(sorted(points), dtype=float)
+    ts = np.array([points[int(n)] for n in ns])
+    return lambda n: float(np.interp(n, ns, ts))
+
+
+def _any_right(history: list[int], rest: list[int], n_min: int, cap: int) -> int:
+    """Longest right continuation over every earlier occurrence of the last n_min tokens."""
+    h, best, tail = history, 0, history[-n_min:]
+    for s in range(n_min - 1, len(h) - 1):
+        if h[s - n_min + 1 : s + 1] != tail:
+            continue
+        a = 0
+        while a < cap and s + 1 + a < len(h) and a < len(rest) and h[s + 1 + a] == rest[a]:
+            a += 1
+        best = max(best, a)
+    return best
+
+
+def replay(prompt: list[int], gen: list[int], cost: CostFn, l_max: int, n_min: int = 2,
+           mode: str = "latest") -> tuple[float, float]:
+    """(speedup over AR, tokens per target decode) of perfect-gated lookups on `gen`.
+
+    The first token comes from the prompt's decode in both AR and the replay; every later
+    decode carries the last token plus the right part of the draft (none where there is none).
+    """
+    if len(gen) < 2:
+        return 1.0, 1.0
+    index = tools.ngram_index(n_min, max(n_min, 4))
+    i, spent, decodes = 1, cost(1), 1
+    while i < len(gen):
+        history, rest = prompt + gen[:i], gen[i:]
+        if mode == "any":
+            right = _any_right(history, rest, n_min, l_max)
+        else:
+            index.extend(history)
+            draft, _ = index.continuation(l_max)
+            right = 0
+            while right < len(draft) and right < len(rest) and draft[right] == rest[right]:
+                right += 1
+        right = min(right, len(rest) - 1)  # the decode's own token ends the answer
+        spent += cost(1 + right)
+        i += right + 1
+        decodes += 1
+    return len(gen) * cost(1) / spent, len(gen) / decodes
+
+
+def measured_curve(model: str, threads: int) -> tuple[CostFn, dict[int, float]]:
+    """The target's batch curve from llama-bench (pp at SIZES), as seconds per batch."""
+    from localspec.bench import llama_bench
+    from localspec.models import resolve_model
+
+    rows = llama_bench.run_llama_bench(resolve_model(model), threads, n_prompt=SIZES, n_gen=(), repetitions=3)
+    points = {r.n_prompt: r.n_prompt / r.avg_ts for r in rows if r.n_prompt}
+    return curve_from_points(points), points
+
+
+def greedy_answers(model: str, kinds: list[str] | None, n_predict: int, threads: int) -> list[tuple[str, list[int], list[int]]]:
+    """(prompt id, prompt tokens, the target's greedy answer tokens) per bench prompt."""
+    from localspec.bench.runner import session_prompt
+    from localspec.config import GenConfig
+    from localspec.events import Written
+    from localspec.runtime import open_session
+    from localspec.session import SessionOptions
+
+    sess = open_session(model, None, SessionOptions(threads=threads))
+    out = []
+    try:
+        for p in load_prompts(None, kinds, None):
+            sp = session_prompt(p)
+            prompt = sess.tokenize(sp if isinstance(sp, str) else sess.render(sp))
+            gen: list[int] = []
+            for ev in sess.generate(sp, GenConfig(method="ar", n_predict=n_predict)):
+                if isinstance(ev, Written):
+                    gen.extend(ev.tokens)
+            out.append((p.id, prompt, gen))
+            print(f"  {p.id}: {len(prompt)} prompt + {len(gen)} answer tokens", file=sys.stderr)
+    finally:
+        sess.close()
+    return out
+
+
+def parse_curve(spec: str) -> dict[int, float]:
+    """`1:28,8:127,16:148` (tokens: milliseconds per batch, as `--explain` prints them) as
+    {n: seconds}; a one-line ConfigError for anything else."""
+    from localspec.errors import ConfigError
+
+    points: dict[int, float] = {}
+    try:
+        for part in spec.split(","):
+            n, ms = part.split(":")
+            points[int(n)] = float(ms) / 1e3
+    except ValueError:
+        raise ConfigError(f"--curve wants tokens:ms pairs such as 1:28,16:148 (got {spec!r})") from None
+    if 1 not in points or any(n < 1 or t <= 0 for n, t in points.items()):
+        raise ConfigError(f"--curve needs a 1-token point and positive sizes and times (got {spec!r})")
+    return points
+
+
+def main(a: argparse.Namespace) -> int:
+    if a.curve:
+        points = parse_curve(a.curve)
+        cost = curve_from_points(points)
+    else:
+        cost, points = measured_curve(a.model, a.threads)
+    answers = greedy_answers(a.model, a.kinds, a.n_predict, a.threads)
+    print(f"batch curve ({'--curve' if a.curve else 'llama-bench pp'}, ms): " + ", ".join(f"{n}: {1e3 * t:.0f}" for n, t in sorted(points.items())))
+    rows = []
+    for mode in ("latest", "any"):
+        for l_max in a.lengths:
+            per = [replay(pr, g, cost, l_max, a.n_min, mode) for _, pr, g in answers]
+            rows.append({"mode": mode, "l_max": l_max, "n_min": a.n_min,
+                         "median_speedup": median([s for s, _ in per]),
+                         "median_tokens_per_decode": median([b for _, b in per]),
+                         "per_prompt": {pid: s for (pid, _, _), (s, _) in zip(answers, per, strict=True)}})
+    print("| lookup | max L | ceiling vs AR (median) | tokens per decode | per prompt |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        per = " ".join(f"{s:.2f}" for s in r["per_prompt"].values())
+        print(f"| {r['mode']} (n≥{r['n_min']}) | {r['l_max']} | {r['median_speedup']:.2f}× | {r['median_tokens_per_decode']:.2f} | {per} |")
+    if a.out:
+        write_json(a.out, {"machine": machine_info(a.threads), "model": a.model, "curve_s": points, "rows": rows})
+        print(f"wrote {a.out}", file=sys.stderr)
+    return 0
+
+
+def add_args(p: argparse.ArgumentParser, lengths: Sequence[int] = (16, 32, 64)) -> None:
+    p.add_argument("-m", "--model", default="qwen2.5-coder-1.5b", help="target model (registry name or path)")
+    p.add_argument("--kinds", nargs="*", default=["edit"], help="bench prompt kinds (code, chat, math, edit)")
+    p.add_argument("-n", "--n-predict", dest="n_predict", type=int, default=200, help="answer tokens per prompt")
+    p.add_argument("-t", "--threads", type=int, default=2)
+    p.add_argument("--lengths", nargs="*", type=int, default=list(lengths), help="longest lookup drafts to bound")
+    p.add_argument("--n-min", dest="n_min", type=int, default=2, help="shortest matched tail")
+    p.add_argument("--curve", default=None, help="the target's batch curve as tokens:ms pairs (e.g. 1:28,8:127,16:148 "
+                   "from --explain) instead of running llama-bench")
+    p.add_argument("--out", default=None, help="write the rows as JSON")

@@ -1,0 +1,80 @@
+"""`bench ceiling`'s replay: the perfect-gate bound on what prompt lookups can give."""
+
+from __future__ import annotations
+
+import pytest
+
+from localspec.bench.ceiling import curve_from_points, replay
+
+# a flat batch curve: verifying any number of tokens costs one step
+FLAT = curve_from_points({1: 1.0, 64: 1.0})
+# a linear one: n tokens cost n steps, so no draft can pay
+LINEAR = curve_from_points({1: 1.0, 64: 64.0})
+
+
+def test_a_copied_answer_on_a_flat_curve_is_bounded_by_its_copies() -> None:
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    gen = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]  # the prompt, copied
+    speed, per_decode = replay(prompt, gen, FLAT, l_max=64)
+    # token 1 comes from the prompt's decode; the tail (1) has no 2-token match, so token 2 is
+    # written alone; from then on the tail (1, 2) matches and the rest (8 tokens) is one draft
+    assert per_decode == pytest.approx(10 / 3)
+    assert speed == pytest.approx(10 / 3)
+
+
+def test_a_max_length_cuts_the_draft() -> None:
+    prompt = list(range(1, 21))
+    gen = list(range(1, 21))
+    _, long = replay(prompt, gen, FLAT, l_max=64)
+    _, short = replay(prompt, gen, FLAT, l_max=4)
+    assert long > short
+    assert short <= 5.0  # at most 4 drafted + 1 written per decode
+
+
+def test_a_linear_curve_leaves_no_gain_and_new_text_none() -> None:
+    prompt = list(range(1, 21))
+    speed, _ = replay(prompt, list(range(1, 21)), LINEAR, l_max=16)
+    assert speed == pytest.approx(1.0)  # every drafted token costs what writing it would
+    speed, per_decode = replay(prompt, [100 + i for i in range(20)], FLAT, l_max=16)
+    assert speed == pytest.approx(1.0) and per_decode == pytest.approx(1.0)
+
+
+def test_any_occurrence_finds_the_right_copy_the_latest_one_misses() -> None:
+    # (7, 8) occurs twice: first followed by 1 2 3 4, later by 9 9; the answer continues 1 2 3 4
+    prompt = [7, 8, 1, 2, 3, 4, 0, 7, 8, 9, 9, 0]
+    gen = [5, 7, 8, 1, 2, 3, 4]
+    latest, _ = replay(prompt, gen, FLAT, l_max=8, mode="latest")
+    any_, _ = replay(prompt, gen, FLAT, l_max=8, mode="any")
+    assert any_ > latest
+
+
+def test_a_curve_is_read_as_milliseconds_and_bad_ones_are_refused() -> None:
+    from localspec.bench.ceiling import parse_curve
+    from localspec.errors import ConfigError
+
+    assert parse_curve("1:28,16:148") == {1: pytest.approx(0.028), 16: pytest.approx(0.148)}
+    for bad in ("16:148", "1:28,x:3", "1:0", "1-28"):
+        with pytest.raises(ConfigError):
+            parse_curve(bad)
+
+
+def test_bench_ceiling_replays_real_greedy_answers(smollm2_q8_path, tmp_path, capsys) -> None:
+    """End to end on SmolLM2 with a given curve (no llama-bench): a row per lookup mode and
+    length, each bound at least AR on a curve where batches are cheaper than their tokens;
+    a bad --curve is a one-line refusal (exit 2) before any model loads."""
+    import json
+
+    from localspec.cli.main import main
+
+    out = tmp_path / "ceiling.json"
+    args = ["bench", "ceiling", "-m", str(smollm2_q8_path), "--kinds", "edit", "-n", "24",
+            "--curve", "1:10,8:20,64:100", "--lengths", "8", "32", "--out", str(out)]
+    assert main(args) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["mode"], r["l_max"]) for r in rows] == [("latest", 8), ("latest", 32), ("any", 8), ("any", 32)]
+    for r in rows:
+        assert len(r["per_prompt"]) == 6 and all(s >= 1.0 - 1e-9 for s in r["per_prompt"].values())
+    assert "batch curve (--curve, ms): 1: 10, 8: 20, 64: 100" in capsys.readouterr().out
+    assert main(["bench", "ceiling", "-m", str(smollm2_q8_path), "--curve", "8:20"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--curve needs a 1-token point" in err[0]
