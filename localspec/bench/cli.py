@@ -48,7 +48,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     sl.set_defaults(func=slots.main)
 
     c = bsub.add_parser("ceiling", help="the most prompt lookups could give: the target's greedy answers replayed with a perfect gate on its batch curve",
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                        description="Replays the target's greedy answers as if every lookup draft were right and ran only "
+                                    "where one exists: an upper bound on what the ngram proposer (latest) or any lookup "
+                                    "over every earlier occurrence (any) could give over AR on this machine's batch curve "
+                                    "(llama-bench pp, needs scripts/build_llama_cpp_peer.sh, or --curve).",
+                        epilog="example: localspec bench ceiling --kinds edit -n 200 -t 2 --out ceiling.json")
     ceiling.add_args(c)
     c.set_defaults(func=ceiling.main)
 
