@@ -78,3 +78,14 @@ def test_bench_ceiling_replays_real_greedy_answers(smollm2_q8_path, tmp_path, ca
     assert main(["bench", "ceiling", "-m", str(smollm2_q8_path), "--curve", "8:20"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--curve needs a 1-token point" in err[0]
+
+
+def test_latest_matches_the_longest_tail_first_as_the_session_does() -> None:
+    """`latest` replays the session's lookup (--spec-ngram-max 8 by default): the 6-token
+    tail (1 2 3 4 5) finds the copy the answer follows; a 4-token cap matches (2 3 4 5) at its
+    later, wrong occurrence."""
+    prompt = [1, 2, 3, 4, 5, 6, 10, 11, 0, 2, 3, 4, 5, 20, 21, 0, 1, 2, 3, 4, 0]
+    gen = [1, 2, 3, 4, 5, 6, 10, 11]
+    longest, _ = replay(prompt, gen, FLAT, l_max=8)
+    capped, _ = replay(prompt, gen, FLAT, l_max=8, n_max=4)
+    assert longest > capped

@@ -22,37 +22,39 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-import numpy as np
-
 from localspec import tools
 from localspec.bench.common import load_prompts, machine_info, median, write_json
+from localspec.config import GenConfig
+from localspec.costmodel.curves import CostCurve
 
 CostFn = Callable[[int], float]
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 
-def curve_from_points(points: dict[int, float]) -> CostFn:
-    """Seconds to decode n tokens in one batch, interpolated from {n: seconds} points."""
-    ns = np.array(sorted(points), dtype=float)
-    ts = np.array([points[int(n)] for n in ns])
-    return lambda n: float(np.interp(n, ns, ts))
+def curve_from_points(points: dict[int, float]) -> CostCurve:
+    """The cost model's own curve over {n: seconds} (interpolated; proportional past the
+    last size, as auto prices it)."""
+    sizes = sorted(points)
+    return CostCurve(sizes, [points[n] for n in sizes])
+
+
+def _right(draft: Sequence[int], rest: Sequence[int], cap: int) -> int:
+    """How many leading tokens of `draft` (at most cap) the answer goes on with."""
+    a = 0
+    while a < cap and a < len(draft) and a < len(rest) and draft[a] == rest[a]:
+        a += 1
+    return a
 
 
 def _any_right(history: list[int], rest: list[int], n_min: int, cap: int) -> int:
     """Longest right continuation over every earlier occurrence of the last n_min tokens."""
-    h, best, tail = history, 0, history[-n_min:]
-    for s in range(n_min - 1, len(h) - 1):
-        if h[s - n_min + 1 : s + 1] != tail:
-            continue
-        a = 0
-        while a < cap and s + 1 + a < len(h) and a < len(rest) and h[s + 1 + a] == rest[a]:
-            a += 1
-        best = max(best, a)
-    return best
+    tail = history[-n_min:]
+    return max((_right(history[s + 1 :], rest, cap) for s in range(n_min - 1, len(history) - 1)
+                if history[s - n_min + 1 : s + 1] == tail), default=0)
 
 
-def replay(prompt: list[int], gen: list[int], cost: CostFn, l_max: int, n_min: int = 2,
-           mode: str = "latest") -> tuple[float, float]:
+def replay(prompt: list[int], gen: list[int], cost: CostFn, l_max: int, n_min: int = GenConfig.ngram_min,
+           n_max: int = GenConfig.ngram_max, mode: str = "latest") -> tuple[float, float]:
     """(speedup over AR, tokens per target decode) of perfect-gated lookups on `gen`.
 
     The first token comes from the prompt's decode in both AR and the replay; every later
@@ -60,7 +62,7 @@ def replay(prompt: list[int], gen: list[int], cost: CostFn, l_max: int, n_min: i
     """
     if len(gen) < 2:
         return 1.0, 1.0
-    index = tools.ngram_index(n_min, max(n_min, 4))
+    index = tools.ngram_index(n_min, n_max)  # the session's lookup, same defaults
     i, spent, decodes = 1, cost(1), 1
     while i < len(gen):
         history, rest = prompt + gen[:i], gen[i:]
@@ -68,10 +70,7 @@ def replay(prompt: list[int], gen: list[int], cost: CostFn, l_max: int, n_min: i
             right = _any_right(history, rest, n_min, l_max)
         else:
             index.extend(history)
-            draft, _ = index.continuation(l_max)
-            right = 0
-            while right < len(draft) and right < len(rest) and draft[right] == rest[right]:
-                right += 1
+            right = _right(index.continuation(l_max)[0], rest, l_max)
         right = min(right, len(rest) - 1)  # the decode's own token ends the answer
         spent += cost(1 + right)
         i += right + 1
@@ -142,8 +141,8 @@ def main(a: argparse.Namespace) -> int:
     rows = []
     for mode in ("latest", "any"):
         for l_max in a.lengths:
-            per = [replay(pr, g, cost, l_max, a.n_min, mode) for _, pr, g in answers]
-            rows.append({"mode": mode, "l_max": l_max, "n_min": a.n_min,
+            per = [replay(pr, g, cost, l_max, a.n_min, a.n_max, mode) for _, pr, g in answers]
+            rows.append({"mode": mode, "l_max": l_max, "n_min": a.n_min, "n_max": a.n_max,
                          "median_speedup": median([s for s, _ in per]),
                          "median_tokens_per_decode": median([b for _, b in per]),
                          "per_prompt": {pid: s for (pid, _, _), (s, _) in zip(answers, per, strict=True)}})
@@ -151,7 +150,7 @@ def main(a: argparse.Namespace) -> int:
     print("|---|---|---|---|---|")
     for r in rows:
         per = " ".join(f"{s:.2f}" for s in r["per_prompt"].values())
-        print(f"| {r['mode']} (n≥{r['n_min']}) | {r['l_max']} | {r['median_speedup']:.2f}× | {r['median_tokens_per_decode']:.2f} | {per} |")
+        print(f"| {r['mode']} (n {r['n_min']}..{r['n_max']}) | {r['l_max']} | {r['median_speedup']:.2f}× | {r['median_tokens_per_decode']:.2f} | {per} |")
     if a.out:
         write_json(a.out, {"machine": machine_info(a.threads), "model": a.model, "curve_s": points, "rows": rows})
         print(f"wrote {a.out}", file=sys.stderr)
@@ -164,7 +163,10 @@ def add_args(p: argparse.ArgumentParser, lengths: Sequence[int] = (16, 32, 64)) 
     p.add_argument("-n", "--n-predict", dest="n_predict", type=int, default=200, help="answer tokens per prompt")
     p.add_argument("-t", "--threads", type=int, default=2)
     p.add_argument("--lengths", nargs="*", type=int, default=list(lengths), help="longest lookup drafts to bound")
-    p.add_argument("--n-min", dest="n_min", type=int, default=2, help="shortest matched tail")
+    p.add_argument("--spec-ngram-min", dest="n_min", type=int, default=GenConfig.ngram_min, metavar="N",
+                   help="shortest matched tail (as in run/serve)")
+    p.add_argument("--spec-ngram-max", dest="n_max", type=int, default=GenConfig.ngram_max, metavar="N",
+                   help="longest matched tail, tried first (latest mode)")
     p.add_argument("--curve", default=None, help="the target's batch curve as tokens:ms pairs (e.g. 1:28,8:127,16:148 "
                    "from --explain) instead of running llama-bench")
     p.add_argument("--out", default=None, help="write the rows as JSON")
