@@ -5,7 +5,9 @@ method choice) whose contexts are SlotContexts (backend/slots.py) over the pool'
 contexts, so their decodes are joined into one llama_decode per context and round. The
 pool's `base` session owns the real contexts: the server renders, tokenizes and reads
 metadata through it, and the cost model is timed on it (a full context, nothing else
-running) before the slots serve; the slots share its cost model.
+running) before the slots serve; the slots share its cost model, and the suffix proposer's
+store of finished generations (decode/suffix_shared.py: a request can be drafted from an
+answer another slot wrote).
 
 Sizes follow llama-server's -np: --ctx and --batch are totals split evenly across the
 slots; every slot gets --drafts' sequences (n_seq_max) of its own.
@@ -20,6 +22,7 @@ from dataclasses import replace
 from localspec.backend.slots import Rounds, SlotContext
 from localspec.costmodel.inround import InRound
 from localspec.decode.state import KVState
+from localspec.decode.suffix_shared import SharedSuffix
 from localspec.errors import ConfigError
 from localspec.runtime import RuntimeSession, open_session
 from localspec.session import ProgressFn, SessionOptions
@@ -49,12 +52,14 @@ class Pool:
         self.rounds = Rounds()
         per = slot_options(base.options, n_slots)
         self.slots: list[RuntimeSession] = []
+        self.suffix = SharedSuffix()  # every slot's finished histories (for --spec-type suffix)
         for i in range(n_slots):
             t = KVState(SlotContext(base.target.ctx, self.rounds, i, n_slots))  # type: ignore[arg-type]
             d = (KVState(SlotContext(base.draft.ctx, self.rounds, i, n_slots, priority=1))  # type: ignore[arg-type]
                  if base.draft else None)
             self.slots.append(RuntimeSession(base.target_model, base.draft_model, per, base.target_name,
                                              base.draft_name, states=(t, d)))
+            self.slots[-1].shared_suffix = self.suffix
         self.share_costs()
 
     def share_costs(self) -> None:
@@ -72,6 +77,13 @@ class Pool:
             s.costs = replace(cm, target=InRound(cm.target, lambda i=i, c=t.real: self.rounds.others(i, c)),
                               draft=cm.draft if d is None else
                               InRound(cm.draft, lambda i=i, c=d.real: self.rounds.others(i, c)))
+
+    def forget_lookups(self) -> None:
+        """Empty every suffix store, the shared one too (benchmarks, between methods)."""
+        self.suffix = SharedSuffix()
+        for s in self.slots:
+            s.forget_lookups()
+            s.shared_suffix = self.suffix
 
     @contextmanager
     def active(self, slot: int) -> Iterator[None]:

@@ -29,6 +29,7 @@ from localspec.decode.emitter import Emitter
 from localspec.decode.mtp import mtp_config
 from localspec.decode.state import KVState
 from localspec.decode.suffix import SuffixStore
+from localspec.decode.suffix_shared import SharedSuffix, SlotSuffix
 from localspec.decode.turn import Turn
 from localspec.errors import ConfigError
 from localspec.events import Done, Event, Stats
@@ -117,6 +118,7 @@ class RuntimeSession:
         # the suffix proposer's store: every turn's prompt and answer (in `serve`, every
         # request's), kept across turns and resets; made on the first turn that drafts by it
         self.suffix: SuffixStore | None = None
+        self.shared_suffix: SharedSuffix | None = None  # a pool's slots: every slot's finished ones
 
     @property
     def costs(self) -> CostModel | None:
@@ -153,6 +155,9 @@ class RuntimeSession:
             if self.draft:
                 self.draft.reset()
             self._last = None
+
+    def forget_lookups(self) -> None:
+        self.suffix = None  # a turn in flight keeps its own reference; the next one starts empty
 
     def close(self) -> None:
         if not self._costing.close():  # a timing decode still runs: keep the models
@@ -301,15 +306,17 @@ class RuntimeSession:
         toks = tm.tokenize(prompt_text, add_special=False)
         return ([tm.bos] if add_bos else []) + toks
 
-    def _suffix_store(self, cfg: GenConfig) -> SuffixStore | None:
+    def _suffix_store(self, cfg: GenConfig, tokens: list[int]) -> SuffixStore | SlotSuffix | None:
         """The session's suffix store when this turn may draft by it (made once; its bound
-        follows the latest turn's --spec-suffix-max-tokens)."""
+        follows the latest turn's --spec-suffix-max-tokens); a pool's slot also reads the
+        pool's shared store (decode/suffix_shared.py)."""
         if "suffix" not in cfg.kinds:
             return None
-        if self.suffix is None:
+        # a slot keeps only the conversation it serves: the shared store holds its earlier ones
+        if self.suffix is None or (self.shared_suffix is not None and not self.suffix.continues(tokens)):
             self.suffix = SuffixStore(cfg.suffix_max_tokens)
         self.suffix.max_tokens = cfg.suffix_max_tokens
-        return self.suffix
+        return self.suffix if self.shared_suffix is None else SlotSuffix(self.suffix, self.shared_suffix)
 
     def _generate(self, tokens: list[int], cfg: GenConfig, prompt_text: str | None) -> Iterator[Event]:
         cfg = mtp_config(cfg, self.mtp)
@@ -364,7 +371,7 @@ class RuntimeSession:
             draft=self.draft,
             method=method,
             costs=costs,
-            suffix=self._suffix_store(cfg) if method != "ar" else None,
+            suffix=self._suffix_store(cfg, tokens) if method != "ar" else None,
             mtp=self.mtp,
         )
         reason = None
@@ -386,6 +393,8 @@ class RuntimeSession:
                 self._costing.save(turn.costs)
             if turn.suffix is not None:  # the answer's last tokens (after the last draft) too
                 turn.suffix.sync(self.target.committed)
+                if isinstance(turn.suffix, SlotSuffix):  # for every slot's next proposals
+                    turn.suffix.publish(self.target.committed)
             text = turn.emitter.text
             self._last = (prompt_text, list(tokens), list(turn.emitter.tokens), text)
             ticket.release()  # decoding is over: a timing step may run while Done is handled

@@ -169,7 +169,13 @@ class Session(Protocol):
         ...
 
     def reset(self) -> None:
-        """Forget the conversation (and the KV caches)."""
+        """Forget the conversation (and the KV caches); the suffix store is kept."""
+        ...
+
+    def forget_lookups(self) -> None:
+        """Empty the suffix store (every earlier turn's and request's text): the next turn
+        drafts only from its own prompt. Benchmarks call it between runs, or one method's
+        run would draft from another method's answer to the same prompt."""
         ...
 
     def close(self) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -111,6 +112,11 @@ class SuffixStore:
         shared = max((_shared_prefix(h, tokens) for h in recent), default=0)
         self.open = self._new_doc(tokens)
         self._append(tokens[max(0, shared - OVERLAP):])
+
+    def continues(self, history: Sequence[int]) -> bool:
+        """Whether `history` extends the open document (the same conversation, grown)."""
+        o = self.open.history if self.open is not None else None
+        return o is not None and len(history) >= len(o) and list(history[: len(o)]) == o
 
     def insert(self, tokens: Sequence[int]) -> None:
         """Add a finished document (a past answer, a file): sync() never extends it."""
@@ -309,6 +315,15 @@ def _reindex(buf: np.ndarray) -> dict[int, list[int]]:
     return {k: plist[s:e] for k, s, e in zip(heads, cuts[:-1], cuts[1:], strict=True)}
 
 
+class Continuations(Protocol):
+    """What the proposer reads: a SuffixStore, or a pool slot's pair (decode/suffix_shared.py)."""
+
+    def sync(self, history: Sequence[int]) -> None: ...
+
+    def speculate(self, context: Sequence[int], L: int, depth: int = ..., min_prob: float = ...,
+                  factor: float = ...) -> SuffixDraft: ...
+
+
 class SuffixProposer:
     """The `suffix` proposer: K = 1 point-mass drafts from the session's SuffixStore.
 
@@ -320,7 +335,7 @@ class SuffixProposer:
 
     draft = None
 
-    def __init__(self, store: SuffixStore, depth: int = 24, min_prob: float = 0.1, factor: float = 1.0) -> None:
+    def __init__(self, store: Continuations, depth: int = 24, min_prob: float = 0.1, factor: float = 1.0) -> None:
         self.store = store
         self.depth, self.min_prob, self.factor = depth, min_prob, factor
         self.matched = 0

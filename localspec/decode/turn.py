@@ -14,6 +14,7 @@ from localspec.costmodel import CostModel
 from localspec.decode.emitter import Emitter
 from localspec.decode.state import KVState
 from localspec.decode.suffix import SuffixStore
+from localspec.decode.suffix_shared import SlotSuffix
 from localspec.events import Stats, StatsUpdate
 from localspec.stopflag import StopFlag
 
@@ -24,9 +25,10 @@ class Turn:
 
     method: the loop that runs (cfg.method unless the runtime resolved it, e.g. auto with
     no draft runs "ar"); costs: the cost model `auto` (and PARSE's auto finish) decide
-    with, None for fixed settings; suffix: the session's store (decode/suffix.py), which
-    outlives the turn; mtp: the target's MTP head (backend/mtp.py), which follows the
-    target's context across turns. Loops report through `stats` and events only.
+    with, None for fixed settings; suffix: the session's store (decode/suffix.py; a pool's
+    slot also reads the pool's, decode/suffix_shared.py), which outlives the turn; mtp: the
+    target's MTP head (backend/mtp.py), which follows the target's context across turns.
+    Loops report through `stats` and events only.
     """
 
     target_model: Model
@@ -40,7 +42,7 @@ class Turn:
     draft: KVState | None = None
     method: str = ""
     costs: CostModel | None = None
-    suffix: SuffixStore | None = None  # the session's suffix store, when a suffix proposer may run
+    suffix: SuffixStore | SlotSuffix | None = None  # the session's store (a slot's: with the pool's)
     mtp: MtpHead | None = None  # the target's MTP head, when the session loaded one
     t_start: float = field(default_factory=time.perf_counter)
 

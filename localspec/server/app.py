@@ -85,7 +85,7 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "busy": worker.busy, "queued": worker.queued,
                              "queue_max": worker.max_queue, "slots": worker.slots(),
-                             "localspec": _health_info(session)})
+                             "localspec": _health_info(session, pool)})
 
     async def slots(request: Request) -> Response:
         """llama-server's /slots: what each slot does (behind the API key, as there)."""
@@ -202,11 +202,16 @@ class JobStream(StreamingResponse):
 
 
 # ---------------------------------------------------------------------------- helpers
-def _health_info(session: Session) -> dict:
+def _health_info(session: Session, pool: object = None) -> dict:
     """localspec's part of /health: how far the cost model's background timing is (requests
-    meanwhile run plain decoding or prompt lookups; null once it is done)."""
+    meanwhile run plain decoding or prompt lookups; null once it is done), and with -np N
+    what the slots' shared suffix store holds."""
     progress = session.timing_progress
-    return {"timing": None if progress is None else {"done": progress[0], "total": progress[1]}}
+    info: dict = {"timing": None if progress is None else {"done": progress[0], "total": progress[1]}}
+    shared = getattr(pool, "suffix", None)
+    if shared is not None:
+        info["suffix_shared"] = shared.info()
+    return info
 
 
 def _auth(request: Request, key: str | None) -> None:
