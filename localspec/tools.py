@@ -121,6 +121,21 @@ def suffix_store(max_tokens: int) -> Any:
     return SuffixStore(max_tokens)
 
 
+def shared_suffix(max_tokens: int) -> Any:
+    """An empty shared store of a pool's slots (decode/suffix_shared.SharedSuffix)."""
+    from localspec.decode.suffix_shared import SharedSuffix
+
+    return SharedSuffix(max_tokens)
+
+
+def slot_suffix(shared: Any, max_tokens: int) -> Any:
+    """A slot's view (decode/suffix_shared.SlotSuffix): an empty store of its own plus `shared`."""
+    from localspec.decode.suffix import SuffixStore
+    from localspec.decode.suffix_shared import SlotSuffix
+
+    return SlotSuffix(SuffixStore(max_tokens), shared)
+
+
 def suffix_proposer(store: Any, depth: int, min_prob: float, factor: float = 1.0) -> Any:
     """The suffix proposer over `store` (decode/suffix.SuffixProposer)."""
     from localspec.decode.suffix import SuffixProposer

@@ -27,6 +27,10 @@ class Scripted:
         self._bos = bos_text
         self.prompts: list[object] = []
         self.configs: list[GenConfig] = []
+        self.forgot = 0
+
+    def forget_lookups(self) -> None:
+        self.forgot += 1
 
     @property
     def bos_text(self) -> str:
@@ -69,6 +73,7 @@ def test_local_run_record_and_prompt_shapes() -> None:
     assert r.spec == spec("mdbv", 3, 4, 0.4) and r.to_json()["block_efficiency"] == 3.0
     Runner(sess, _args()).local(Prompt("text", "t1", "Once upon", chat=False), spec("ar"), seed=0)
     assert sess.prompts[-1] == "Once upon"  # raw text stays raw text
+    assert sess.forgot == 2  # every run starts with an empty suffix store
 
 
 def test_peer_gets_rendered_text_without_a_second_bos(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -195,16 +195,18 @@ def test_stats_count_each_proposer_and_merge_them():
     assert a.copy().proposed is not a.proposed
 
 
-def test_bench_suffix_measures_the_python_work(capsys):
+@pytest.mark.parametrize("shared", [False, True])
+def test_bench_suffix_measures_the_python_work(capsys, shared):
     from localspec.bench import suffix
 
-    suffix.main(argparse.Namespace(tokens=20_000, max_tokens=1_000_000, L=16, depth=24, min_prob=0.1))
+    suffix.main(argparse.Namespace(tokens=20_000, max_tokens=1_000_000, L=16, depth=24, min_prob=0.1,
+                                   shared=shared))
     out = capsys.readouterr().out
     rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| edit") or line.startswith("| new")}
     assert set(rows) == {"edit", "new"}
     accepted = float(rows["edit"].split("|")[-2])
-    assert accepted > 2  # the edit repeats a stored file: long drafts are right
-    assert "eviction at" in out
+    assert accepted > 2  # the edit repeats a stored file: long drafts are right (a slot: from the shared store)
+    assert "eviction at" in out and ("a slot over the shared store" in out) == shared
 
 
 # ---------------------------------------------------------------- on a real model

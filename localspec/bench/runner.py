@@ -188,7 +188,9 @@ class Runner:
         self.peer_models = peer_models
 
     def local(self, p: Prompt, s: Spec, seed: int) -> Run:
-        """One localspec generation of prompt p under spec s."""
+        """One localspec generation of prompt p under spec s (the suffix store emptied first:
+        the same prompt under an earlier spec must not be in it)."""
+        self.sess.forget_lookups()
         done = drain(self.sess.generate(session_prompt(p), s.gen(self.a, seed)))
         st = done.stats
         tau = sum(st.accepted_lengths) / len(st.accepted_lengths) if st.accepted_lengths else 0.0

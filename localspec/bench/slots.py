@@ -32,20 +32,30 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--np", type=int, default=4, help="slots of the pool")
     p.add_argument("--concurrent", "-C", type=int, default=None, help="generations at once (default: --np)")
     p.add_argument("--methods", nargs="+", default=["ar", "auto", "sd:2", "sd:4"],
-                   help="methods to run, one after another: ar, auto, or METHOD:L (sd:4)")
+                   help="methods to run, one after another: ar, auto, or METHOD[+SPEC-TYPE][:L] "
+                        "(sd:4, sd+suffix:16, auto+suffix,draft)")
     p.add_argument("-n", "--n-predict", type=int, default=128, help="tokens per generation")
     p.add_argument("-t", "--threads", type=int, default=2)
     p.add_argument("-c", "--ctx", type=int, default=4096, help="positions per slot")
     p.add_argument("--kinds", nargs="+", default=None, help="prompt kinds (default: all)")
+    p.add_argument("--rotate", action="store_true",
+                   help="run each suffix method twice, the second time slot i answering slot i+1's prompt: "
+                        "what the shared suffix store gives a request another slot answered (sd+suffix:16)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the results here")
 
 
 def _cfg(spec: str, n: int) -> GenConfig:
-    method, _, L = spec.partition(":")
+    """METHOD[+SPEC-TYPE][:L] (`sd:4`, `sd+suffix:16`, `auto+suffix,draft`) -> a greedy config."""
+    head, _, L = spec.partition(":")
+    method, _, via = head.partition("+")
     greedy = SamplingConfig(temp=0.0)
+    kinds = tuple(via.split(",")) if via else None
     if method == "auto":
-        return GenConfig(method="auto", auto_L=True, n_predict=n, sampling=greedy)
-    return GenConfig(method=method, L=int(L or 8), n_predict=n, sampling=greedy)
+        cfg = GenConfig(method="auto", auto_L=True, n_predict=n, sampling=greedy, spec_type=kinds)
+    else:
+        cfg = GenConfig(method=method, L=int(L or 8), n_predict=n, sampling=greedy, spec_type=kinds)
+    cfg.validate()
+    return cfg
 
 
 def _counters(pool) -> dict[str, tuple[int, int]]:
@@ -54,17 +64,22 @@ def _counters(pool) -> dict[str, tuple[int, int]]:
             for role, st in (("target", pool.base.target), ("draft", pool.base.draft)) if st is not None}
 
 
-def run_method(pool, spec: str, prompts: list[str], concurrent: int, n: int) -> dict:
+def run_method(pool, spec: str, prompts: list[str], concurrent: int, n: int, shift: int = 0) -> dict:
+    """C generations at once, slot i answering prompt (i + shift) mod C; `shift` > 0 runs on
+    what an earlier call left in the stores (the rotated wave: each prompt lands on another slot)."""
     cfg = _cfg(spec, n)
     ran: dict[int, tuple[int, str]] = {}
 
     def one(i: int, n_predict: int | None = None) -> None:
         c = cfg if n_predict is None else replace(cfg, n_predict=n_predict)
+        text = prompts[(i + shift) % concurrent % len(prompts)]  # shifted among the C answered
         with pool.active(i):
-            done = list(pool.slots[i].generate([{"role": "user", "content": prompts[i % len(prompts)]}], c))[-1]
+            done = list(pool.slots[i].generate([{"role": "user", "content": text}], c))[-1]
         if n_predict is None:
             ran[i] = (done.stats.n_tokens, done.stats.ran)
 
+    if not shift:
+        pool.forget_lookups()  # no suffix store holds an earlier method's answers
     # warm-up, and every slot's prompt evaluated and cached: the timed run is the decoding
     # rounds only, the same for every method (a method run later would otherwise find the
     # prompts cached by an earlier one)
@@ -83,7 +98,7 @@ def run_method(pool, spec: str, prompts: list[str], concurrent: int, n: int) -> 
     wall = time.perf_counter() - t0
     after = _counters(pool)
     tokens = sum(v[0] for v in ran.values())
-    return {"method": spec, "concurrent": concurrent, "wall_s": wall, "tokens": tokens,
+    return {"method": spec + (" rotated" if shift else ""), "concurrent": concurrent, "wall_s": wall, "tokens": tokens,
             "aggregate_tok_per_s": tokens / wall, "ran": [ran[i][1] for i in sorted(ran)],
             "decodes": {k: {"calls": after[k][0] - before[k][0], "tokens": after[k][1] - before[k][1]} for k in after}}
 
@@ -108,8 +123,10 @@ def main(a: argparse.Namespace) -> int:
         rows = []
         for m in a.methods:
             print(f"bench slots: {m} ({concurrent} x {a.n_predict} tokens) ...", file=sys.stderr, flush=True)
-            rows.append(run_method(pool, m, prompts, concurrent, a.n_predict))
-            print(f"bench slots: {m}: {rows[-1]['aggregate_tok_per_s']:.1f} tok/s", file=sys.stderr, flush=True)
+            for shift in (0, 1) if a.rotate and "suffix" in _cfg(m, 1).kinds else (0,):
+                rows.append(run_method(pool, m, prompts, concurrent, a.n_predict, shift))
+                print(f"bench slots: {rows[-1]['method']}: {rows[-1]['aggregate_tok_per_s']:.1f} tok/s",
+                      file=sys.stderr, flush=True)
     finally:
         pool.close()
     ar = next((r["aggregate_tok_per_s"] for r in rows if r["method"] == "ar"), None)

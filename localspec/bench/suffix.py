@@ -11,6 +11,10 @@ on two workloads:
 - edit: the turn's answer repeats a stored file (a follow-up that returns the edited file);
 - new: the answer is the held-out file (only common code patterns match).
 
+With --shared the stored files are a pool's shared store of finished requests (what `serve
+-np N` slots publish) and each turn runs on a slot's view: its own store, which holds only
+the turn, plus the shared one -- two lookups per propose, under the shared store's lock.
+
 Reported: the per-iteration cost (median, p99, max), drafted / accepted tokens per
 iteration, the cost of storing a document per token, and of an eviction (the rebuild at the
 memory bound).
@@ -83,11 +87,13 @@ def main(a: argparse.Namespace) -> int:
     while sum(map(len, out)) < want:
         out.append(stored[k % len(stored)])
         k += 1
-    store = tools.suffix_store(a.max_tokens)
+    shared = tools.shared_suffix(a.max_tokens) if a.shared else None
+    store = tools.suffix_store(a.max_tokens) if shared is None else shared.store
     t0 = time.perf_counter()
     for d in out:
-        store.insert(d)
+        store.insert(d) if shared is None else shared.publish(d)
     insert_s = time.perf_counter() - t0
+    where = (lambda: store) if shared is None else (lambda: tools.slot_suffix(shared, a.max_tokens))
     print(f"corpus: {len(docs)} files of localspec's source, {len(set(pool))} distinct tokens; "
           f"stored {store.live} tokens in {store.n_docs} documents ({len(store.index)} pairs)")
     print(f"insert: {insert_s * 1e3:.0f} ms = {insert_s / max(store.live, 1) * 1e6:.2f} us per token")
@@ -97,12 +103,12 @@ def main(a: argparse.Namespace) -> int:
     prompt_of = {"edit": [0, 1, 2, *edit], "new": docs[held][:200]}
     answer_of = {"edit": edited, "new": docs[held][200:]}
     run_turn(tools.suffix_store(a.max_tokens), stored[0][:100], stored[0][100:400], a.L, a.depth, a.min_prob)  # numpy's first calls
-    print(f"\nL={a.L} depth={a.depth} min_prob={a.min_prob}; ms of Python per propose, wall (CPU); the "
-          "first one of a turn also stores its prompt:\n")
+    print(f"\nL={a.L} depth={a.depth} min_prob={a.min_prob}{'; a slot over the shared store' if shared else ''}; "
+          "ms of Python per propose, wall (CPU); the first one of a turn also stores its prompt:\n")
     print("| workload | prompt / answer tokens | first | median | p99 | max | drafted / iter | accepted / iter |")
     print("|---|---|---|---|---|---|---|---|")
     for name in ("edit", "new"):
-        wall, cpu, drafted, accepted = run_turn(store, prompt_of[name], answer_of[name], a.L, a.depth, a.min_prob)
+        wall, cpu, drafted, accepted = run_turn(where(), prompt_of[name], answer_of[name], a.L, a.depth, a.min_prob)
         w, c = np.array(wall[1:]) * 1e3, np.array(cpu[1:]) * 1e3
         n = len(wall)
         cells = [f"{f(w):.3f} ({f(c):.3f})" for f in (statistics.median, lambda x: np.percentile(x, 99), np.max)]
@@ -122,3 +128,5 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-L", dest="L", type=int, default=16, help="longest draft")
     p.add_argument("--depth", type=int, default=24, help="longest suffix matched")
     p.add_argument("--min-prob", type=float, default=0.1, help="a drafted token's least estimated chance")
+    p.add_argument("--shared", action="store_true",
+                   help="store the corpus as serve -np N's shared store and run each turn as a slot (two stores)")
