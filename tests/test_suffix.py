@@ -325,7 +325,7 @@ def test_cli_suffix_flags_and_json(smollm2_path, capsys):
     # suffix store's spans hold its accepted tokens (fewer where -n cut the last block)
     spans = run["spans"]
     assert "".join(s["text"] for s in spans) == run["text"] and sum(s["tokens"] for s in spans) == run["n_tokens"]
-    assert {s["by"] for s in spans} <= {"suffix", "correction", "bonus"}
+    assert {s["by"] for s in spans} <= {"suffix", "correction", "bonus", "target"}  # target: no sure draft there
     assert 0 < sum(s["tokens"] for s in spans if s["by"] == "suffix") <= run["proposers"]["suffix"]["accepted"]
     assert all(a["by"] != b["by"] for a, b in zip(spans, spans[1:], strict=False))  # one author, one span
     assert main(["run", "-m", str(smollm2_path), "-p", "hi", "--spec-type", "suffix", "--spec-suffix-min-prob", "2"]) == 2
