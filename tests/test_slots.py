@@ -492,6 +492,9 @@ def test_bench_slots_runs_each_method_on_a_pool(smollm2_q8_path, smollm2_q4_0_pa
     assert main(["bench", "slots", "-m", str(smollm2_q8_path), "--np", "2", "--concurrent", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--concurrent must be in 1..--np (2)" in err[0]
+    assert main(["bench", "slots", "-m", "missing.gguf", "--methods", "sd+nope:4"]) == 2  # before any load
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--spec-type" in err[0]
 
 
 def test_only_a_lone_slot_s_rounds_heal_the_shared_curve():

@@ -113,6 +113,8 @@ def main(a: argparse.Namespace) -> int:
     concurrent = a.concurrent or a.np
     if not 1 <= concurrent <= a.np:
         raise ConfigError(f"--concurrent must be in 1..--np ({a.np}), got {concurrent}")
+    for m in a.methods:
+        _cfg(m, a.n_predict)  # a bad METHOD[+SPEC-TYPE][:L] is refused before the models load
     prompts = [p.text for p in load_prompts(None, a.kinds)]
     opts = SessionOptions(threads=a.threads, n_ctx=a.ctx * a.np, n_batch=512 * a.np)
     pool = open_pool(a.target, a.draft, opts, a.np)

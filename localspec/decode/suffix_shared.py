@@ -56,19 +56,11 @@ class SharedSuffix:
 class SlotSuffix:
     """A slot's view for the suffix proposer: its own store, plus the pool's shared one.
 
-    Has the store methods the proposer and the runtime call (`sync`, `speculate`,
-    `max_tokens`), so a turn holds either a SuffixStore or this."""
+    Has the store methods the proposer and the runtime call (`sync`, `speculate`), so a
+    turn holds either a SuffixStore or this."""
 
     def __init__(self, own: SuffixStore, shared: SharedSuffix) -> None:
         self.own, self.shared = own, shared
-
-    @property
-    def max_tokens(self) -> int:
-        return self.own.max_tokens
-
-    @max_tokens.setter
-    def max_tokens(self, n: int) -> None:
-        self.own.max_tokens = n
 
     def sync(self, history: Sequence[int]) -> None:
         """The slot's own growing history (the shared store takes it when it is finished)."""
