@@ -80,10 +80,9 @@ class Pool:
 
     def forget_lookups(self) -> None:
         """Empty every suffix store, the shared one too (benchmarks, between methods)."""
-        self.suffix = SharedSuffix()
+        self.suffix.clear()
         for s in self.slots:
             s.forget_lookups()
-            s.shared_suffix = self.suffix
 
     @contextmanager
     def active(self, slot: int) -> Iterator[None]:

@@ -393,8 +393,8 @@ class RuntimeSession:
                 self._costing.save(turn.costs)
             if turn.suffix is not None:  # the answer's last tokens (after the last draft) too
                 turn.suffix.sync(self.target.committed)
-                if isinstance(turn.suffix, SlotSuffix):  # for every slot's next proposals
-                    turn.suffix.publish(self.target.committed)
+                if self.shared_suffix is not None:  # a pool's slot: for every slot's next proposals
+                    self.shared_suffix.publish(self.target.committed, turn.cfg.suffix_max_tokens)
             text = turn.emitter.text
             self._last = (prompt_text, list(tokens), list(turn.emitter.tokens), text)
             ticket.release()  # decoding is over: a timing step may run while Done is handled

@@ -26,7 +26,7 @@ def test_a_slot_drafts_what_another_slot_published():
     a, b = SlotSuffix(SuffixStore(), shared), SlotSuffix(SuffixStore(), shared)
     history = [1, 2, 3, *ANSWER]
     a.sync(history)
-    a.publish(history)
+    shared.publish(history)  # what the runtime does when a's generation ends
     context = [7, 8, *ANSWER[:10]]  # another request: a different prompt, the same text begun
     b.sync(context)
     assert b.own.speculate(context, 8).tokens == []  # its own conversation has no such text
@@ -77,7 +77,7 @@ def test_slots_publishing_and_drafting_at_once_store_every_history_whole():
             for r in range(6):
                 history = [-2 - i, *body, 90_000 + i, 80_000 + r]  # a long shared body, own marker
                 mine.speculate(body[:50], 16)
-                mine.publish(history)
+                shared.publish(history)
         except BaseException as e:  # noqa: BLE001 -- reported by the assertion below
             errors.append(e)
 
@@ -115,6 +115,9 @@ def test_a_pool_drafts_one_slot_s_request_from_another_slot_s_answer(smollm2_pat
         assert later.stats.proposed["suffix"][1] >= alone.stats.proposed["suffix"][1] + 8
         assert later.stats.target_calls < alone.stats.target_calls
         assert pool.suffix.info()["published"] == 2 and pool.slots[0].suffix is not pool.slots[1].suffix
+        pool.forget_lookups()  # what bench slots does between methods: every store empty, still shared
+        assert pool.suffix.info() == {"tokens": 0, "documents": 0, "published": 0}
+        assert all(s.suffix is None and s.shared_suffix is pool.suffix for s in pool.slots)
     finally:
         pool.close()
         fresh.close()

@@ -20,7 +20,8 @@ import time
 from dataclasses import replace
 
 from localspec.bench.common import load_prompts, machine_info, write_json
-from localspec.config import GenConfig, SamplingConfig
+from localspec.bench.runner import Spec
+from localspec.config import GenConfig
 from localspec.errors import ConfigError
 from localspec.pool import open_pool
 from localspec.session import SessionOptions
@@ -45,15 +46,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cfg(spec: str, n: int) -> GenConfig:
-    """METHOD[+SPEC-TYPE][:L] (`sd:4`, `sd+suffix:16`, `auto+suffix,draft`) -> a greedy config."""
+    """METHOD[+SPEC-TYPE][:L] (`sd:4`, `sd+suffix:16`, `auto+suffix,draft`) -> a greedy config,
+    built as `bench speed` builds its columns (runner.Spec)."""
     head, _, L = spec.partition(":")
     method, _, via = head.partition("+")
-    greedy = SamplingConfig(temp=0.0)
-    kinds = tuple(via.split(",")) if via else None
-    if method == "auto":
-        cfg = GenConfig(method="auto", auto_L=True, n_predict=n, sampling=greedy, spec_type=kinds)
-    else:
-        cfg = GenConfig(method=method, L=int(L or 8), n_predict=n, sampling=greedy, spec_type=kinds)
+    cfg = Spec(method, 1, int(L or 8), 0.0, free=method == "auto", proposers=via).gen(
+        argparse.Namespace(n_predict=n, draft_temp=None), seed=0)
     cfg.validate()
     return cfg
 

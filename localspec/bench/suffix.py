@@ -91,9 +91,11 @@ def main(a: argparse.Namespace) -> int:
     store = tools.suffix_store(a.max_tokens) if shared is None else shared.store
     t0 = time.perf_counter()
     for d in out:
-        store.insert(d) if shared is None else shared.publish(d)
+        if shared is None:
+            store.insert(d)
+        else:
+            shared.publish(d)
     insert_s = time.perf_counter() - t0
-    where = (lambda: store) if shared is None else (lambda: tools.slot_suffix(shared, a.max_tokens))
     print(f"corpus: {len(docs)} files of localspec's source, {len(set(pool))} distinct tokens; "
           f"stored {store.live} tokens in {store.n_docs} documents ({len(store.index)} pairs)")
     print(f"insert: {insert_s * 1e3:.0f} ms = {insert_s / max(store.live, 1) * 1e6:.2f} us per token")
@@ -108,7 +110,8 @@ def main(a: argparse.Namespace) -> int:
     print("| workload | prompt / answer tokens | first | median | p99 | max | drafted / iter | accepted / iter |")
     print("|---|---|---|---|---|---|---|---|")
     for name in ("edit", "new"):
-        wall, cpu, drafted, accepted = run_turn(where(), prompt_of[name], answer_of[name], a.L, a.depth, a.min_prob)
+        turn_store = store if shared is None else tools.slot_suffix(shared, a.max_tokens)  # a fresh slot
+        wall, cpu, drafted, accepted = run_turn(turn_store, prompt_of[name], answer_of[name], a.L, a.depth, a.min_prob)
         w, c = np.array(wall[1:]) * 1e3, np.array(cpu[1:]) * 1e3
         n = len(wall)
         cells = [f"{f(w):.3f} ({f(c):.3f})" for f in (statistics.median, lambda x: np.percentile(x, 99), np.max)]

@@ -100,8 +100,8 @@ class SuffixStore:
         open a new one (storing once what the new history shares with a recent document)."""
         if not isinstance(history, list):
             history = list(history)  # a list compares equal to a list only
-        o = self.open.history if self.open is not None else None
-        if o is not None and len(history) >= len(o) and history[: len(o)] == o:
+        if self.continues(history):
+            o = self.open.history  # type: ignore[union-attr]
             if len(history) > len(o):
                 new = list(history[len(o):])
                 o.extend(new)
@@ -116,7 +116,10 @@ class SuffixStore:
     def continues(self, history: Sequence[int]) -> bool:
         """Whether `history` extends the open document (the same conversation, grown)."""
         o = self.open.history if self.open is not None else None
-        return o is not None and len(history) >= len(o) and list(history[: len(o)]) == o
+        if o is None or len(history) < len(o):
+            return False
+        h = history if isinstance(history, list) else list(history)  # a list equals a list only
+        return h[: len(o)] == o  # one slice per call: sync asks on every propose
 
     def insert(self, tokens: Sequence[int]) -> None:
         """Add a finished document (a past answer, a file): sync() never extends it."""

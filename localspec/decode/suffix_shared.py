@@ -42,6 +42,12 @@ class SharedSuffix:
             self.store.sync(history)
             self.published += 1
 
+    def clear(self) -> None:
+        """Forget everything published (benchmarks, between methods); the slots keep this object."""
+        with self._lock:
+            self.store = SuffixStore(self.store.max_tokens)
+            self.published = 0
+
     def speculate(self, context: Sequence[int], L: int, depth: int, min_prob: float,
                   factor: float) -> SuffixDraft:
         with self._lock:
@@ -57,7 +63,7 @@ class SlotSuffix:
     """A slot's view for the suffix proposer: its own store, plus the pool's shared one.
 
     Has the store methods the proposer and the runtime call (`sync`, `speculate`), so a
-    turn holds either a SuffixStore or this."""
+    turn holds either a SuffixStore or this; the runtime publishes to the shared store."""
 
     def __init__(self, own: SuffixStore, shared: SharedSuffix) -> None:
         self.own, self.shared = own, shared
@@ -70,11 +76,7 @@ class SlotSuffix:
                   factor: float = 1.0) -> SuffixDraft:
         """The better-scored continuation of the two stores (ties to the slot's own)."""
         mine = self.own.speculate(context, L, depth, min_prob, factor)
-        if len(mine.tokens) >= L and mine.score >= L - 1e-9:
-            return mine  # a sure full-length draft: nothing shared can score higher
+        if mine.score >= L - 1e-9:
+            return mine  # a sure full-length draft (a score is at most L): nothing can score higher
         theirs = self.shared.speculate(context, L, depth, min_prob, factor)
         return theirs if theirs.score > mine.score else mine
-
-    def publish(self, history: Sequence[int]) -> None:
-        """A generation ended: its history joins the shared store, for every slot."""
-        self.shared.publish(history, self.own.max_tokens)
