@@ -34,14 +34,14 @@ def pool_options(options: SessionOptions, n_slots: int) -> SessionOptions:
     """The real contexts' sizes: --ctx and --batch as given (totals), a slot's sequences times N."""
     # no head for a pool's auto: its context follows one history (the base's), not the slots'
     mtp = False if options.mtp is None and n_slots > 1 else options.mtp
-    return replace(options, n_seq_max=options.n_seq_max * n_slots, mtp=mtp)
+    return replace(options, n_seq_max=options.n_seq_max * n_slots, mtp=mtp, n_slots=n_slots)
 
 
 def slot_options(total: SessionOptions, n_slots: int) -> SessionOptions:
     """What one slot of contexts sized `total` gets: an even share of positions, batch and
     sequences (also what the flags are checked against before loading)."""
     return replace(total, n_ctx=total.n_ctx // n_slots if total.n_ctx else 0,
-                   n_batch=total.n_batch // n_slots, n_seq_max=total.n_seq_max // n_slots)
+                   n_batch=total.n_batch // n_slots, n_seq_max=total.n_seq_max // n_slots, n_slots=1)
 
 
 class Pool:

@@ -102,7 +102,8 @@ class RuntimeSession:
         self.target_name = target_name or target.name
         self.draft_name = (draft_name or draft.name) if draft else None
         ctx_kw = dict(n_ctx=options.n_ctx, n_batch=options.n_batch, n_seq_max=options.n_seq_max,
-                      threads=options.threads, rs_snapshots=options.rs_snapshots)
+                      threads=options.threads, rs_snapshots=options.rs_snapshots,
+                      n_slots=options.n_slots)
         self.target, self.draft = states or (KVState(Context(target, **ctx_kw)),
                                              KVState(Context(draft, **ctx_kw)) if draft else None)
         self.mtp = MtpHead(self.target.ctx) if target.load_mtp and states is None else None  # the target's own draft

@@ -67,6 +67,9 @@ class SessionOptions:
     # load the target's MTP head (its nextn layers): True for --spec-type mtp; None: when the
     # target has one and no draft model is given (what `auto` then drafts with)
     mtp: bool | None = False
+    # slots sharing these contexts (localspec/pool.py): a recurrent state is one per sequence,
+    # so a stateful model's context holds each slot's main state and one branch
+    n_slots: int = 1
 
 
 @runtime_checkable

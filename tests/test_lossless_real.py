@@ -1,6 +1,6 @@
 """T > 0 on real models: the first two emitted tokens follow the target's exact law.
 
-Each lossless method's empirical joint law of (token 1, token 2) over 2,000 generations is
+Each lossless method's empirical joint law of (token 1, token 2) over 1,200 generations is
 compared with the target's exact law (computed from the target's own rows under the same
 sampling transform) by a chi-square goodness-of-fit test. A deliberately biased verifier
 (accept every draft token) must fail the same test, which shows the test has power.
@@ -18,11 +18,14 @@ from localspec.sampling import transform_row
 from localspec.verify import Decision
 from tests.support.helpers import session
 
-pytestmark = pytest.mark.slow  # ~10,000 generations: the long tier
+pytestmark = pytest.mark.slow  # ~7,000 generations: the long tier
 
 PROMPT = "Write one word that describes the ocean."
 SAMPLING = SamplingConfig(temp=1.0, top_k=6, top_p=1.0, min_p=0.0)
-N = 2000
+# 1,200 keeps every cell the test reads at >= 5 expected counts and took the long tier from
+# ~16 to ~10 min; the biased rule is still rejected at 500 (below), and the exact law itself
+# is proven by enumeration (tests/test_verify_exact.py)
+N = 1200
 
 
 def exact_law(sess) -> dict[tuple[int, int], float]:

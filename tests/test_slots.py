@@ -50,6 +50,7 @@ class FakeReal:
     def __init__(self, n_seq_max: int = 8, n_ctx: int = 400, n_batch: int = 64) -> None:
         self.n_seq_max, self.n_ctx, self.n_batch = n_seq_max, n_ctx, n_batch
         self.memory = Memory.ATTENTION
+        self.n_rs_seq = 0
         self.model = SimpleNamespace(name="fake")
         self.threads, self.n_vocab, self.on_decode = 1, V, None
         self.placement_key = "CPU"
@@ -246,11 +247,12 @@ def test_a_failed_decode_reaches_every_slot_of_its_round():
     assert len(errors) == 2
 
 
-def test_a_recurrent_memory_is_refused_with_one_line():
-    real = FakeReal()
+def test_a_context_with_fewer_sequences_than_slots_is_refused_with_one_line():
+    real = FakeReal(n_seq_max=2)
     real.memory = Memory.HYBRID
-    with pytest.raises(ConfigError, match="-np 2.*recurrent state"):
-        SlotContext(real, Rounds(), 0, 2)  # type: ignore[arg-type]
+    SlotContext(real, Rounds(), 0, 2)  # type: ignore[arg-type] - one sequence each: fine
+    with pytest.raises(ConfigError, match="-np 3: fake's context holds 2 sequences, fewer than one per slot"):
+        SlotContext(real, Rounds(), 0, 3)  # type: ignore[arg-type]
 
 
 # --- a real pool -------------------------------------------------------------------------------

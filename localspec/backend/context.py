@@ -75,6 +75,7 @@ class Context:
         n_seq_max: int = 16,
         threads: int | None = None,
         rs_snapshots: int = RS_SNAPSHOTS,
+        n_slots: int = 1,
     ) -> None:
         if n_seq_max < 1 or n_seq_max > 256:
             raise ConfigError(f"n_seq_max must be in 1..256 (got {n_seq_max})")
@@ -93,8 +94,8 @@ class Context:
         memory: Memory = getattr(model, "memory", Memory.ATTENTION)
         if memory.has_state:
             # one recurrent state per sequence: the main one and one branch (a draft block or
-            # the cost model's scratch) are all localspec uses on such a model
-            n_seq_max = min(n_seq_max, 2)
+            # the cost model's scratch) are all localspec uses on such a model, per slot
+            n_seq_max = min(n_seq_max, 2 * n_slots)
         p = context_params(model.load, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
                            n_seq_max=n_seq_max, threads=threads,
                            n_rs_seq=rs_snapshots if memory.has_state else 0)

@@ -195,9 +195,10 @@ class SlotContext:
     """One slot's view of a shared Context (see the module docstring)."""
 
     def __init__(self, real: Context, rounds: Rounds, index: int, n_slots: int, priority: int = 0) -> None:
-        if real.memory.has_state:
-            raise ConfigError(f"-np {n_slots}: {real.model.name} keeps a recurrent state ({real.memory.value} "
-                              "memory), one per sequence, which slots cannot share yet; use -np 1")
+        if real.n_seq_max // n_slots < 1:
+            # a stateful model's context holds 2 sequences per slot (Context's n_slots)
+            raise ConfigError(f"-np {n_slots}: {real.model.name}'s context holds {real.n_seq_max} "
+                              f"sequences, fewer than one per slot; open it for {n_slots} slots")
         self.real = real
         self.rounds = rounds
         self.index = index
@@ -209,7 +210,9 @@ class SlotContext:
         self.n_batch = real.n_batch // n_slots
         self.model = real.model
         self.memory = real.memory
-        self.n_rs_seq = 0
+        # llama.cpp keeps its snapshots per sequence: a slot rolls its own main state back in
+        # place, even when its tokens share a round (tests/test_slots.py: AR's text, 0 re-evaluated)
+        self.n_rs_seq = real.n_rs_seq
         self.threads = real.threads
         self.n_vocab = real.n_vocab
         self.batch = SlotBatch(self.n_batch, self.n_seq_max)
