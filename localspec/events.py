@@ -126,6 +126,9 @@ class Stats:
     # "mtp": the target's own head): (tokens it drafted, tokens the target accepted); the
     # draft model's are the rest
     proposed: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # iterations whose trie held a lookup's draft beside the draft model's (a stack: every
+    # one of --spec-type X+draft, the ones auto chose to stack)
+    stacked: int = 0
 
     @property
     def lookup_drafted(self) -> int:
@@ -231,6 +234,7 @@ class Stats:
             "draft_calls": self.draft_calls,
             "block_efficiency": self.block_efficiency,
             "drafted": self.drafted,
+            "stacked": self.stacked,
             "accepted_lengths": list(self.accepted_lengths),
             # per proposer: the lookups' drafts (no model call) and the draft model's
             "proposers": {k: {"drafted": d, "accepted": a, "acceptance": a / d if d else None}
@@ -257,7 +261,7 @@ MERGE: dict[str, str] = {
     "accepted_lengths": "add", "position_accepts": "per-position", "position_trials": "per-position",
     "draft_seconds": "add", "verify_seconds": "add", "overhead_seconds": "add", "prompt_seconds": "add",
     "seconds": "add", "timing_seconds": "add", "choice_note": "first", "ran": "join", "ar_estimate": "first",
-    "predicted": "add", "proposed": "per-key",
+    "predicted": "add", "proposed": "per-key", "stacked": "add",
 }
 
 @dataclass(frozen=True)

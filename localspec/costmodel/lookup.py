@@ -25,6 +25,9 @@ EXPLORE = 0.4
 # the longest lookup draft auto asks for (the gate picks the length that pays most); here,
 # not in decode/auto.py, so --explain prices what auto would draft with the same bound
 LOOKUP_MAX_L = 16
+# a stack's gain starts at 0 tokens with this weight: auto stacks only once draft-model
+# iterations showed the lookup running past the draft (they teach it for free: decode/auto_stack.py)
+GAIN_PRIOR_TRIALS = 2.0
 
 
 @dataclass
@@ -35,6 +38,10 @@ class LookupGate:
     accepted: dict[Hashable, float] = field(default_factory=dict)
     trials: dict[Hashable, float] = field(default_factory=dict)
     overhead: float = 0.001  # Python work of a lookup iteration (seconds), updated live
+    # per key: tokens a stack (the lookup's draft beside the draft model's) emitted beyond
+    # the draft model's alone, summed over the iterations that measured or implied it
+    gain: dict[Hashable, float] = field(default_factory=dict)
+    gain_trials: dict[Hashable, float] = field(default_factory=dict)
 
     def alpha(self, n: Hashable) -> float:
         """The estimate for key n (the posterior mean)."""
@@ -63,3 +70,35 @@ class LookupGate:
         if best_rate <= MARGIN * ar:
             return 0, 1.0
         return best, best_rate / ar
+
+    def stack_gain(self, n: Hashable) -> float:
+        """Tokens per iteration a stack is expected to add to the draft model's (key n)."""
+        return self.gain.get(n, 0.0) / (GAIN_PRIOR_TRIALS + self.gain_trials.get(n, 0.0))
+
+    def teach_gain(self, n: Hashable, gained: float) -> None:
+        self.gain[n] = self.gain.get(n, 0.0) + gained
+        self.gain_trials[n] = self.gain_trials.get(n, 0.0) + 1.0
+
+    def stack_pays(self, target: CostCurve, n: Hashable, tokens: float, seconds: float, block: int,
+                   extra: int) -> bool:
+        """Whether adding `extra` looked-up tokens to a draft-model block of `block` tokens
+        (predicted: `tokens` emitted per iteration in `seconds`) beats the block alone by
+        MARGIN: the learned gain against what the extra verify rows cost on the curve."""
+        if extra < 1 or seconds <= 0.0:
+            return False
+        g = self.stack_gain(n)
+        if g <= 0.0:
+            return False
+        cost = max(target(block + extra) - target(block), 0.0)
+        return (tokens + g) / (seconds + cost) > MARGIN * tokens / seconds
+
+
+def counterfactual_gain(lookup: list[int], emitted: list[int], alpha: float) -> float:
+    """What stacking `lookup` would have added to a draft-model iteration that emitted
+    `emitted` (its accepted tokens and the target's own): nothing unless the lookup matched
+    every emitted token; then it would have run past the draft, by one token plus what its
+    acceptance predicts for the rest of its continuation."""
+    n = len(emitted)
+    if len(lookup) < n or lookup[:n] != emitted:
+        return 0.0
+    return 1.0 + sum(alpha**j for j in range(1, len(lookup) - n + 1))

@@ -9,10 +9,12 @@ text became easy again.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from localspec.config import LOOKUPS
 from localspec.costmodel import CostModel, dynamic_length, length_cap, per_draft_length
 from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate
+from localspec.decode.auto_stack import AutoStack
 from localspec.decode.autoregressive import ar_step
 from localspec.decode.lookup import ChainProposer, LookupProposer
 from localspec.decode.mtp import MtpProposer, head_proposer
@@ -75,10 +77,18 @@ def _ran(settings: SpecSettings | None) -> str:
 Lookup = LookupProposer | SuffixProposer | ChainProposer
 
 
-def lookup_bet(turn: Turn, cm: CostModel, lookup: Lookup | None, gate: LookupGate) -> tuple[int, float, tuple] | None:
-    """(draft length that pays most, its predicted speedup over AR, the gate's key) for the
-    history's lookup match now; None without a match. The gate learns per (proposer, match
-    length): an ngram and a suffix match of one length are different bets."""
+class Bet(NamedTuple):
+    """The history's lookup match now, as the gate prices it."""
+
+    L: int  # the draft length that pays most alone (0: none beats AR)
+    speedup: float  # its predicted speedup over AR
+    key: tuple  # (proposer, matched length): what the gate learns per
+    tokens: list[int]  # the continuation (up to LOOKUP_MAX_L), for a stack's counterfactual
+
+
+def lookup_bet(turn: Turn, cm: CostModel, lookup: Lookup | None, gate: LookupGate) -> Bet | None:
+    """The lookup's bet for the history's match now; None without a match. The gate learns
+    per (proposer, match length): an ngram and a suffix match of one length are different bets."""
     if lookup is None:
         return None
     trie = lookup.propose(turn.target.committed, 1, LOOKUP_MAX_L)
@@ -86,7 +96,7 @@ def lookup_bet(turn: Turn, cm: CostModel, lookup: Lookup | None, gate: LookupGat
         return None
     key = (trie.source, lookup.matched)
     L, speedup = gate.best_length(cm.target, key, trie.L)
-    return L, speedup, key
+    return Bet(L, speedup, key, [trie.nodes[i].token for i in trie.path[0]])
 
 
 def lookup_iteration(turn: Turn, lookup: Lookup, gate: LookupGate, key: tuple, L: int,
@@ -121,7 +131,10 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
     cm = turn.costs
     assert cm is not None, "auto needs a cost model"
     rng = NumpyRNG(turn.rng)
-    kinds = turn.cfg.proposers
+    # who may draft, in order ("ngram+draft" names both parts); auto stacks them where it
+    # pays unless a chain was asked for (--spec-type ngram,draft: one proposer per iteration)
+    kinds = tuple(dict.fromkeys(k for t in turn.cfg.proposers for k in t.split("+")))
+    may_stack = turn.cfg.spec_type is None or turn.cfg.stacked
     # the proposer's dynamic length and the cost model share one acceptance estimate:
     # every verification teaches both
     proposer: Proposer | MtpProposer | None = None
@@ -133,6 +146,9 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
     if cm.lookup is None:
         cm.lookup = LookupGate()
     gate = cm.lookup
+    # the third bet of a draft-model phase: the lookup's draft beside the model's (auto_stack.py)
+    stacks = (AutoStack(turn, lookup, proposer, gate)
+              if may_stack and lookup is not None and AutoStack.possible(turn, proposer) else None)
     settings = _decide(cm, turn) if proposer is not None else None
     if proposer is None:  # the runtime's note says why when there is a draft model (still timing)
         why = turn.stats.choice_note or "no draft model"
@@ -158,16 +174,26 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
         # never from this iteration's outcome: every lossless verifier stays exact)
         bet = (lookup_bet(turn, cm, lookup, gate)
                if settings is not None and not check_ar and not probe and turn.stats.predicted else None)
-        if bet is not None and bet[0] and bet[1] > turn.stats.predicted[-1][0]:
+        if bet is not None and bet.L and bet.speedup > turn.stats.predicted[-1][0]:
             assert lookup is not None
-            events = lookup_iteration(turn, lookup, gate, bet[2], bet[0], rng)
+            events = lookup_iteration(turn, lookup, gate, bet.key, bet.L, rng)
         elif (settings is not None or probe) and not check_ar:
             assert proposer is not None
             st = settings or SpecSettings("sd" if turn.cfg.sampling.greedy else "gbv", 1, 4)
-            res = spec_iteration(turn, st, proposer, rng)
+            stack = (stacks is not None and bet is not None and settings is not None
+                     and stacks.pays(st, bet.key, bet.tokens, turn.stats.predicted[-1]))
+            if stacks is not None:
+                stacks.begin()
+            res = spec_iteration(turn, st, stacks.stack if stack else proposer, rng)  # type: ignore[union-attr]
             events = None
             if res is not None:
-                proposer.observe(res.decision.tau, res.drafted, res.confs)
+                if stack:
+                    assert stacks is not None and bet is not None and stacks.stack.last is not None
+                    stacks.learn_stack(bet.key, res, stacks.stack.last)
+                else:
+                    proposer.observe(res.decision.tau, res.drafted, res.confs)
+                    if stacks is not None and bet is not None:
+                        stacks.learn_draft(bet.key, bet.tokens, st.L)
                 cm.overhead = 0.9 * cm.overhead + 0.1 * res.overhead_seconds
                 events = res.events
         else:
@@ -187,5 +213,7 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
         for source in turn.stats.proposed:
             if source not in turn.stats.ran:
                 turn.stats.ran += " by the MTP head" if source == "mtp" else f" + {source} lookups"
+        if turn.stats.stacked and "stacks" not in turn.stats.ran:
+            turn.stats.ran += " + stacks"
         yield from events
         yield turn.tick()

@@ -135,6 +135,9 @@ def spec_iteration(turn: Turn, st: SpecSettings, proposer: Proposer, rng: NumpyR
         lookup = proposer.lookup_source
         source = lookup if d.k == 0 else "draft"  # who wrote the draft the verifier kept
         stats.record_proposed(lookup, trie.length(0), d.tau if d.k == 0 else 0)
+        if d.k != 0:  # the lookup's tokens were verified too: in `drafted` beside the model's
+            stats.drafted += trie.length(0)
+        stats.stacked += 1
     elif trie.source != "draft":
         stats.record_proposed(trie.source, own, d.tau)
     events = _events(turn, x, d, acc, own, source)

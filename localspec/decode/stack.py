@@ -42,6 +42,7 @@ class StackProposer:
         self.model = model
         self.draft = model.draft
         self._parts: tuple[DraftTrie | None, DraftTrie] | None = None
+        self.last: DraftTrie | None = None  # the trie of the newest propose (auto learns from it)
 
     @property
     def matched(self) -> int:
@@ -51,9 +52,12 @@ class StackProposer:
                 per_draft: bool = False) -> DraftTrie:
         """K model drafts plus, when the history matches, the lookup's one (K + 1 in all)."""
         found = self.lookup.propose(committed, 1, L)
+        if found is not None:  # a chain of lookups (auto's) names the one that matched
+            self.lookup_source = found.source
         drafted = self.model.propose(committed, K, L, stop, greedy_first, per_draft)
         self._parts = (found, drafted)
-        return drafted if found is None else merge(found, drafted)
+        self.last = drafted if found is None else merge(found, drafted)
+        return self.last
 
     def accept(self, trie: DraftTrie, k: int, tau: int, token: int) -> None:
         """Keep the verifier's choice in the draft model's KV: its own draft k - 1, or for

@@ -1,0 +1,122 @@
+"""auto's stacks (decode/auto_stack.py): the lookup's draft beside the draft model's in one
+trie, chosen per iteration from a gain the draft-model iterations teach for free.
+
+The arithmetic is checked directly (what a draft-model iteration implies a stack would
+have added; when the gain buys the extra verify rows); on SmolLM2, under curves where
+verifying more tokens is nearly free, auto stacks some iterations of an edit and writes
+AR's text with one target pass per iteration.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from localspec.config import GenConfig, SamplingConfig
+from localspec.costmodel import CostCurve
+from localspec.costmodel.lookup import LookupGate, counterfactual_gain
+from tests.test_lookup import EDIT, greedy, sources_agree_with_stats
+
+
+def test_a_lookup_adds_only_where_it_matched_every_emitted_token():
+    emitted = [5, 6, 7]  # two accepted draft tokens and the target's own
+    assert counterfactual_gain([5, 6, 8, 9], emitted, 0.5) == 0.0  # wrong where the target spoke
+    assert counterfactual_gain([5, 6], emitted, 0.5) == 0.0  # too short to run past the draft
+    assert counterfactual_gain([5, 6, 7], emitted, 0.5) == 1.0  # one more token, nothing after it
+    # one more, and alpha + alpha^2 expected of the two tokens it still had
+    assert counterfactual_gain([5, 6, 7, 1, 2], emitted, 0.5) == pytest.approx(1.75)
+
+
+def test_a_stack_pays_when_its_gain_buys_the_extra_rows():
+    gate = LookupGate()
+    key = ("ngram", 4)
+    flat = CostCurve([1, 64], [0.010, 0.012])
+    steep = CostCurve([1, 64], [0.010, 0.640])  # every verified token costs a step
+    # no evidence: the gain starts at zero tokens and nothing is stacked
+    assert gate.stack_gain(key) == 0.0 and not gate.stack_pays(flat, key, 3.0, 0.05, 9, 8)
+    for _ in range(8):
+        gate.teach_gain(key, 2.0)
+    assert gate.stack_gain(key) == pytest.approx(1.6)  # 16 tokens over 2 prior + 8 iterations
+    assert gate.stack_pays(flat, key, 3.0, 0.05, 9, 8)
+    assert not gate.stack_pays(steep, key, 3.0, 0.05, 9, 8)  # 8 rows cost 0.08 s: 4.6/0.13 < 3/0.05
+    assert not gate.stack_pays(flat, key, 3.0, 0.05, 9, 0)  # nothing to add
+    for _ in range(200):
+        gate.teach_gain(key, 0.0)  # the lookup stopped running past the draft: 16 / 210 tokens
+    assert not gate.stack_pays(flat, key, 3.0, 0.05, 9, 8)
+
+
+@pytest.fixture(scope="module")
+def smollm2_q2k_path(smollm2_path, tmp_path_factory):
+    """SmolLM2 requantized to Q2_K (pure, ~3 s): a draft the target rejects often on the
+    edit, where the lookup is still right (the Q4_0 draft is rejected ~3 times in 59 tokens
+    of it, which leaves a stack nothing to add)."""
+    from localspec.backend.quantize import quantize
+
+    return quantize(smollm2_path, tmp_path_factory.mktemp("q2k") / "smollm2-q2k.gguf", "Q2_K",
+                    progress=False, pure=True)
+
+
+def _auto(smollm2_path, draft_path, monkeypatch, tmp_path, target_curve: CostCurve, **kw):
+    from localspec import costmodel
+    from tests.support.helpers import session
+
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    # the lookup never bets alone (as where its matches are short beside the draft model's):
+    # every iteration is the draft model's, with or without the lookup stacked on it
+    monkeypatch.setattr(LookupGate, "best_length", lambda self, curve, n, longest: (0, 1.0))
+    cheap = CostCurve([1, 64], [0.001, 0.002])  # the draft model's steps: it pays
+    monkeypatch.setattr(costmodel, "load_curve",
+                        lambda ctx: cheap if ctx.model.path == draft_path else target_curve)
+    monkeypatch.setattr(CostCurve, "observe", lambda self, n, sec: None)  # the curves stay as given
+    s = session(smollm2_path, draft_path)
+    ref = list(s.generate(EDIT, greedy("ar")))[-1]
+    kw = {"auto_K": True, "auto_L": True} | kw
+    cfg = GenConfig(method="auto", n_predict=96, seed=1, sampling=SamplingConfig(temp=0.0), **kw)
+    events = list(s.generate(EDIT, cfg))
+    return s, ref, events
+
+
+@pytest.mark.parametrize("spec_type", [None, ("ngram+draft",)])
+def test_auto_stacks_where_the_verify_rows_are_nearly_free(smollm2_path, smollm2_q2k_path, monkeypatch, tmp_path,
+                                                           spec_type):
+    """A flat target curve (a GPU's): the draft model drafts every iteration, the lookup
+    matches the prompt's code, its counterfactuals teach a gain, and auto stacks where that
+    gain pays for the extra rows (by default, and with --spec-type ngram+draft); the text is AR's,
+    one target pass per iteration, and the stacked iterations are counted and named."""
+    flat = CostCurve([1, 64], [0.010, 0.012])
+    s, ref, events = _auto(smollm2_path, smollm2_q2k_path, monkeypatch, tmp_path, flat, spec_type=spec_type)
+    done = events[-1]
+    st = done.stats
+    assert done.text == ref.text
+    assert st.stacked > 0 and "stacks" in st.ran, (st.ran, st.stacked)
+    assert st.stacked < st.iterations  # not every one: first the gain has to be learned
+    assert st.target_calls == st.iterations < st.n_tokens
+    assert st.to_json()["stacked"] == st.stacked
+    gate = s.costs.lookup
+    assert any(gate.stack_gain(k) > 0 for k in gate.gain)  # learned, and what it stacked on
+    iters = sources_agree_with_stats(events, st)  # each kept span names who drafted it
+    assert iters.get("draft", 0) > 0
+
+
+def test_auto_does_not_stack_where_verified_rows_cost_more_than_they_add(smollm2_path, smollm2_q2k_path, monkeypatch,
+                                                                     tmp_path):
+    """The same pair and edit on a curve where a verified token costs a seventh of a step
+    (a CPU's): the draft model still pays and the gain is still learned, but it never buys
+    the lookup's rows."""
+    steep = CostCurve([1, 64], [0.010, 0.100])
+    s, ref, events = _auto(smollm2_path, smollm2_q2k_path, monkeypatch, tmp_path, steep)
+    st = events[-1].stats
+    assert events[-1].text == ref.text
+    assert st.ran.startswith("sd") and st.drafted > 0, st.ran  # the draft model drafted
+    assert any(s.costs.lookup.stack_gain(k) > 0 for k in s.costs.lookup.gain)
+    assert st.stacked == 0 and "stacks" not in st.ran, st.ran
+
+
+def test_auto_with_a_chain_asked_for_drafts_one_proposer_per_iteration(smollm2_path, smollm2_q2k_path,
+                                                                        monkeypatch, tmp_path):
+    """--spec-type ngram,draft is a chain: auto never stacks its two, even where it would pay."""
+    flat = CostCurve([1, 64], [0.010, 0.012])
+    s, ref, events = _auto(smollm2_path, smollm2_q2k_path, monkeypatch, tmp_path, flat,
+                           spec_type=("ngram", "draft"))
+    st = events[-1].stats
+    assert events[-1].text == ref.text
+    assert st.drafted > 0 and st.stacked == 0 and "stacks" not in st.ran, st.ran
