@@ -169,9 +169,14 @@ class GenConfig:
         return ("ngram", "draft") if self.method == "auto" else ("draft",)
 
     @property
+    def parts(self) -> tuple[str, ...]:
+        """Every proposer named, in order, stacked ones ("ngram+draft") split into their parts."""
+        return tuple(dict.fromkeys(k for t in self.proposers for k in t.split("+")))
+
+    @property
     def kinds(self) -> frozenset[str]:
-        """Every proposer named, stacked ones ("ngram+draft") split into their parts."""
-        return frozenset(k for t in self.proposers for k in t.split("+"))
+        """The set of `parts`."""
+        return frozenset(self.parts)
 
     @property
     def stacked(self) -> bool:

@@ -72,7 +72,7 @@ def _auto(smollm2_path, draft_path, monkeypatch, tmp_path, target_curve: CostCur
     kw = {"auto_K": True, "auto_L": True} | kw
     cfg = GenConfig(method="auto", n_predict=96, seed=1, sampling=SamplingConfig(temp=0.0), **kw)
     events = list(s.generate(EDIT, cfg))
-    return s, ref, events
+    return s, ref, events, cfg
 
 
 @pytest.mark.parametrize("spec_type", [None, ("ngram+draft",)])
@@ -83,7 +83,7 @@ def test_auto_stacks_where_the_verify_rows_are_nearly_free(smollm2_path, smollm2
     gain pays for the extra rows (by default, and with --spec-type ngram+draft); the text is AR's,
     one target pass per iteration, and the stacked iterations are counted and named."""
     flat = CostCurve([1, 64], [0.010, 0.012])
-    s, ref, events = _auto(smollm2_path, smollm2_q2k_path, monkeypatch, tmp_path, flat, spec_type=spec_type)
+    s, ref, events, cfg = _auto(smollm2_path, smollm2_q2k_path, monkeypatch, tmp_path, flat, spec_type=spec_type)
     done = events[-1]
     st = done.stats
     assert done.text == ref.text
@@ -93,6 +93,10 @@ def test_auto_stacks_where_the_verify_rows_are_nearly_free(smollm2_path, smollm2
     assert st.to_json()["stacked"] == st.stacked
     gate = s.costs.lookup
     assert any(gate.stack_gain(k) > 0 for k in gate.gain)  # learned, and what it stacked on
+    # --explain says what it learned, per match length
+    said = next(ln for ln in s.explain(cfg).splitlines() if "stacked beside the draft model" in ln)
+    for key in gate.gain:
+        assert f"match {key[1]}: +{gate.stack_gain(key):.2f} (n={gate.gain_trials[key]:.0f})" in said
     iters = sources_agree_with_stats(events, st)  # each kept span names who drafted it
     assert iters.get("draft", 0) > 0
 
@@ -103,7 +107,7 @@ def test_auto_does_not_stack_where_verified_rows_cost_more_than_they_add(smollm2
     (a CPU's): the draft model still pays and the gain is still learned, but it never buys
     the lookup's rows."""
     steep = CostCurve([1, 64], [0.010, 0.100])
-    s, ref, events = _auto(smollm2_path, smollm2_q2k_path, monkeypatch, tmp_path, steep)
+    s, ref, events, cfg = _auto(smollm2_path, smollm2_q2k_path, monkeypatch, tmp_path, steep)
     st = events[-1].stats
     assert events[-1].text == ref.text
     assert st.ran.startswith("sd") and st.drafted > 0, st.ran  # the draft model drafted
@@ -115,7 +119,7 @@ def test_auto_with_a_chain_asked_for_drafts_one_proposer_per_iteration(smollm2_p
                                                                         monkeypatch, tmp_path):
     """--spec-type ngram,draft is a chain: auto never stacks its two, even where it would pay."""
     flat = CostCurve([1, 64], [0.010, 0.012])
-    s, ref, events = _auto(smollm2_path, smollm2_q2k_path, monkeypatch, tmp_path, flat,
+    s, ref, events, cfg = _auto(smollm2_path, smollm2_q2k_path, monkeypatch, tmp_path, flat,
                            spec_type=("ngram", "draft"))
     st = events[-1].stats
     assert events[-1].text == ref.text

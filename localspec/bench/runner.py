@@ -198,7 +198,8 @@ class Runner:
             p.dataset, p.id, s.method, s.K, s.L, s.T, st.tok_per_s, st.n_tokens, st.target_calls,
             st.seconds, st.draft_seconds, st.verify_seconds, st.overhead_seconds, st.iterations, tau,
             done.reason, done.text, s.label, {"choice": st.choice_note, "method": st.method, "ran": st.ran,
-                                               "predicted": [list(x) for x in st.predicted]},
+                                               "predicted": [list(x) for x in st.predicted],
+                                               "stacked": st.stacked, "proposers": st.by_proposer()},
         )  # fmt: skip
 
     def peer(self, p: Prompt, s: Spec, seed: int) -> Run:

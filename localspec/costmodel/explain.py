@@ -49,7 +49,7 @@ def lookup_lines(costs: CostModel | None, cfg: GenConfig) -> list[str]:
     length (the estimate, what it bets, the counts behind them) and the draft length that
     pays most with its predicted speedup over AR on the target's curve; with no evidence
     yet, the prior it starts from. Other methods do not gate lookups: said in one line."""
-    kinds = [k for k in cfg.proposers if k in LOOKUPS]
+    kinds = [k for k in cfg.parts if k in LOOKUPS]
     if not kinds:
         return []
     names = ", ".join(kinds)
@@ -69,6 +69,7 @@ def lookup_lines(costs: CostModel | None, cfg: GenConfig) -> list[str]:
             if target is not None:
                 line += " -> " + _drafts(prior, target, (kind, 0))
             lines.append(line)
+            lines += _stack_line(gate, kind)
             continue
         assert gate is not None
         lines.append(f"  {kind:7} {'match':>5} {'alpha':>5} {'bet':>5} {'accepted/reached':>17}  drafts")
@@ -77,7 +78,20 @@ def lookup_lines(costs: CostModel | None, cfg: GenConfig) -> list[str]:
             counts = f"{gate.accepted[key]:.0f}/{gate.trials[key]:.0f}"
             lines.append(f"  {'':7} {n:>5} {gate.alpha(key):>5.2f} {gate.optimistic_alpha(key):>5.2f} {counts:>17}  "
                          + (_drafts(gate, target, key) if target is not None else "(no target curve yet)"))
+        lines += _stack_line(gate, kind)
     return lines
+
+
+def _stack_line(gate: LookupGate | None, kind: str) -> list[str]:
+    """What auto learned a stack of this lookup adds beside the draft model, per match
+    length (decode/auto_stack.py); nothing before a draft-model iteration taught it."""
+    gains = sorted(n[1] for n in (gate.gain if gate else {}) if n[0] == kind)
+    if not gains:
+        return []
+    assert gate is not None
+    return [f"  {kind} stacked beside the draft model, tokens it adds per iteration (learned): "
+            + ", ".join(f"match {n}: +{gate.stack_gain((kind, n)):.2f} (n={gate.gain_trials[(kind, n)]:.0f})"
+                        for n in gains)]
 
 
 def _drafts(gate: LookupGate, target: CostCurve, key: tuple[str, int]) -> str:

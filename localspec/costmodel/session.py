@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 from localspec import costmodel
 from localspec.backend import Context
-from localspec.config import GenConfig
+from localspec.config import LOOKUPS, GenConfig
 from localspec.costmodel import curves
 from localspec.costmodel.curves import BATCH_SIZES, QUICK_SIZES, CostCurve
 from localspec.costmodel.gate import DecodeGate, Ticket
@@ -69,8 +69,9 @@ class TurnCosts:
         a model."""
         if self.costs is None or self.draft:
             return self.costs, cfg
-        if method == "auto" and "ngram" in cfg.proposers:
-            return self.costs, replace(cfg, spec_type=("ngram",))
+        lookups = tuple(k for k in cfg.parts if k in LOOKUPS)  # "ngram+draft" names ngram too
+        if method == "auto" and lookups:
+            return self.costs, replace(cfg, spec_type=lookups)
         return None, cfg
 
 

@@ -133,7 +133,7 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
     rng = NumpyRNG(turn.rng)
     # who may draft, in order ("ngram+draft" names both parts); auto stacks them where it
     # pays unless a chain was asked for (--spec-type ngram,draft: one proposer per iteration)
-    kinds = tuple(dict.fromkeys(k for t in turn.cfg.proposers for k in t.split("+")))
+    kinds = turn.cfg.parts
     may_stack = turn.cfg.spec_type is None or turn.cfg.stacked
     # the proposer's dynamic length and the cost model share one acceptance estimate:
     # every verification teaches both
