@@ -102,3 +102,19 @@ def counterfactual_gain(lookup: list[int], emitted: list[int], alpha: float) -> 
     if len(lookup) < n or lookup[:n] != emitted:
         return 0.0
     return 1.0 + sum(alpha**j for j in range(1, len(lookup) - n + 1))
+
+
+def hint_length(alpha: float, draft: CostCurve, longest: int, pending: int = 1) -> int:
+    """How many of a lookup's tokens the draft model should evaluate in its first decode
+    (decode/proposer.propose's hint), 0 for none: the length whose expected saved draft
+    decodes (depth i's decode is saved when the draft's first i tokens are the lookup's,
+    about alpha^i: the draft agrees with the target where the lookup does) outweigh the
+    rows it adds to that decode, on the draft's measured curve."""
+    step, base = draft(1), draft(pending)
+    best, best_gain, saved = 0, 0.0, 0.0
+    for m in range(1, longest + 1):
+        saved += alpha**m * step
+        gain = saved - (draft(pending + m) - base)
+        if gain > best_gain:
+            best, best_gain = m, gain
+    return best

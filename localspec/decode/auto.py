@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from localspec.config import LOOKUPS
 from localspec.costmodel import CostModel, dynamic_length, length_cap, per_draft_length
-from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate
+from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate, hint_length
 from localspec.decode.auto_stack import AutoStack
 from localspec.decode.autoregressive import ar_step
 from localspec.decode.lookup import ChainProposer, LookupProposer
@@ -184,6 +184,10 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
                      and stacks.pays(st, bet.key, bet.tokens, turn.stats.predicted[-1]))
             if stacks is not None:
                 stacks.begin()
+            if bet is not None and not stack and st.K == 1 and isinstance(proposer, Proposer) \
+                    and turn.draft is not None and not turn.draft.memory.has_state:
+                # the draft model drafts; the lookup's continuation pre-evaluates what it likely drafts
+                proposer.hint = bet.tokens[: hint_length(gate.alpha(bet.key), cm.draft, st.L - 1)]
             res = spec_iteration(turn, st, stacks.stack if stack else proposer, rng)  # type: ignore[union-attr]
             events = None
             if res is not None:

@@ -13,7 +13,7 @@ what the target accepted.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -50,13 +50,14 @@ class DraftTrie:
     q: list[list[SparseRow]] = field(default_factory=list)  # q[k][i] = row token i was drawn from
     conf: list[list[float]] = field(default_factory=list)  # conf[k][i] = draft's confidence at token i
     evaluated_depth: int = 0  # deepest level the draft decoded (for the decode count)
+    hinted: int = 0  # of those, levels evaluated in the first decode from a hint (no decode of their own)
     source: str = "draft"  # the proposer that wrote it: "draft" (the model), "mtp" (the target's head), "ngram", ...
 
     @property
     def draft_calls(self) -> int:
         """Draft decodes it took (the draft model's or the MTP head's): the pending tokens'
         plus one per evaluated depth; a lookup takes none."""
-        return self.evaluated_depth + 1 if self.source in ("draft", "mtp") else 0
+        return self.evaluated_depth + 1 - self.hinted if self.source in ("draft", "mtp") else 0
 
     @property
     def L(self) -> int:
@@ -96,8 +97,17 @@ def propose(
     stop: DraftStop | None = None,
     greedy_first: bool = False,
     per_draft: bool = False,
+    hint: Sequence[int] = (),
 ) -> DraftTrie:
     """Draft K x up to L tokens. dft.pending is evaluated first (with every draft's seq id).
+
+    hint (K = 1, an attention draft): tokens the draft is likely to draft next (a lookup's
+    continuation), evaluated on the draft's sequence in the same first decode. While the
+    draft's own tokens equal them, their rows are already there and the depth costs no
+    decode; at the first difference the rest is dropped from the KV and drafting goes on
+    one decode per depth. The draft is the same sample of the same process either way (a
+    row is used only for the very token it was computed after), so every verifier is
+    unaffected; only the draft model's decodes are fewer (auto prices it: costmodel/lookup).
 
     Drafting stops early (length >= 1) when no draft's next token is worth its cost:
     `stop` weighs the chance that the draft so far AND its next token are accepted (the
@@ -122,16 +132,19 @@ def propose(
     # recurrent states) and drafts its one draft on a branch copied from it after
     lane = dft.lane(K, L, one_decode=False)
     b = ctx.batch.clear()
+    base = dft.n_past + len(dft.pending)  # position of depth-1 tokens
+    hint = list(hint[: L - 1]) if K == 1 and lane is None else []  # depth L's token is never evaluated
+    hint_rows: list[int] = []
     if lane is None:
         dft.share_main(range(1, K + 1))
         row = b.add_sequence(dft.pending, dft.n_past, list(range(0, K + 1)), True)
+        hint_rows = [b.add(t, base + i, 1, True) for i, t in enumerate(hint)]
         ctx.decode()
     else:
         row = b.add_sequence(dft.pending, dft.n_past, 0, True)
         ctx.decode()
         dft.absorb_pending()
         dft.share_main([lane])
-    base = dft.n_past + len(dft.pending)  # position of depth-1 tokens
     conf = _Confidence(sampling, stop is not None)
     first = ctx.logits(row)
     frontier: list[tuple[int, SparseRow, list[int], float]] = [
@@ -172,9 +185,17 @@ def propose(
             if not keep:
                 break
             new_nodes, new_reach = [new_nodes[i] for i in keep], [new_reach[i] for i in keep]
-        b = ctx.batch.clear()
-        rows = [b.add(trie.nodes[n].token, base + depth - 1, trie.nodes[n].seq_ids, True) for n in new_nodes]
-        ctx.decode()
+        if hint and trie.nodes[new_nodes[0]].token == hint[0]:  # K = 1: one node per depth
+            rows = [hint_rows[depth - 1]]  # evaluated in the first decode
+            hint = hint[1:]
+            trie.hinted += 1
+        else:
+            if hint:  # the draft went another way: its KV past this depth is the hint's, not its own
+                ctx.seq_rm(1, base + depth - 1, -1)
+                hint = []
+            b = ctx.batch.clear()
+            rows = [b.add(trie.nodes[n].token, base + depth - 1, trie.nodes[n].seq_ids, True) for n in new_nodes]
+            ctx.decode()
         trie.evaluated_depth = depth
         frontier, confs = [], []
         for n, r, p in zip(new_nodes, rows, new_reach, strict=True):
@@ -249,6 +270,7 @@ class Proposer:
         self.sampling = sampling
         self.gen = gen
         self.learner = learner
+        self.hint: list[int] = []  # for the next propose only (auto sets it: see propose's hint)
 
     def propose(
         self,
@@ -261,7 +283,8 @@ class Proposer:
     ) -> DraftTrie:
         """Catch the draft up with the target's committed tokens, then draft (see propose)."""
         self.draft.sync_to(committed)
-        return propose(self.draft, K, L, self.sampling, self.gen, stop, greedy_first, per_draft)
+        hint, self.hint = self.hint, []
+        return propose(self.draft, K, L, self.sampling, self.gen, stop, greedy_first, per_draft, hint)
 
     def accept(self, trie: DraftTrie, k: int, tau: int, token: int) -> None:
         """The verifier kept draft k's first tau tokens and then emitted `token`."""
