@@ -99,3 +99,20 @@ def test_auto_hints_the_draft_with_the_lookup_and_drafts_the_same(smollm2_path, 
     assert hinted.text == plain.text and (ref is None or hinted.text == ref.text)
     assert a.accepted_lengths == b.accepted_lengths and a.target_calls == b.target_calls
     assert a.draft_calls < b.draft_calls, (a.draft_calls, b.draft_calls)
+
+
+def test_no_draft_hint_is_a_flag_and_a_bench_method():
+    """--no-draft-hint turns the hint off (for comparing); bench speed's `auto-nohint` is auto with it."""
+    from localspec.bench.speed import parse_grid
+    from tests.test_settings import _asked as asked
+
+    assert asked().cfg.draft_hint and not asked("--no-draft-hint").cfg.draft_hint
+    specs = {s.label: s for s in parse_grid(["auto", "auto-nohint+ngram,draft"], ["1:8"])}
+    assert specs["auto"].hint and not specs["auto [ngram,draft] no-hint"].hint
+    assert not specs["auto [ngram,draft] no-hint"].gen(_bench_args(), 1).draft_hint
+
+
+def _bench_args():
+    import argparse
+
+    return argparse.Namespace(n_predict=8, draft_temp=None, auto_free=True)

@@ -43,6 +43,7 @@ class Spec:
     T: float = 0.0
     free: bool = False
     proposers: str = ""  # --spec-type (localspec: draft / ngram; the peer: llama.cpp's names)
+    hint: bool = True  # auto's draft hint (--no-draft-hint when False)
 
     @property
     def label(self) -> str:
@@ -52,7 +53,7 @@ class Spec:
         if self.method == PEER:
             return f"{PEER}{via} n_max={self.L}"
         if self.method == "auto":
-            return ("auto" if self.free else f"auto K={self.K} L<={self.L}") + via
+            return ("auto" if self.free else f"auto K={self.K} L<={self.L}") + via + ("" if self.hint else " no-hint")
         return f"{self.method}{via} K={self.K} L={self.L}"
 
     def gen(self, a: argparse.Namespace, seed: int) -> GenConfig:
@@ -62,7 +63,7 @@ class Spec:
         return GenConfig(
             method=self.method, K=self.K, L=max(self.L, 1), n_predict=a.n_predict, seed=seed,
             draft_temp=a.draft_temp, sampling=SamplingConfig(temp=self.T), auto_K=free, auto_L=free,
-            spec_type=tuple(self.proposers.split(",")) if self.proposers else None,
+            spec_type=tuple(self.proposers.split(",")) if self.proposers else None, draft_hint=self.hint,
         )  # fmt: skip
 
 

@@ -184,7 +184,7 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
                      and stacks.pays(st, bet.key, bet.tokens, turn.stats.predicted[-1]))
             if stacks is not None:
                 stacks.begin()
-            if bet is not None and not stack and st.K == 1 and isinstance(proposer, Proposer) \
+            if bet is not None and not stack and st.K == 1 and turn.cfg.draft_hint and isinstance(proposer, Proposer) \
                     and turn.draft is not None and not turn.draft.memory.has_state:
                 # the draft model drafts; the lookup's continuation pre-evaluates what it likely drafts
                 proposer.hint = bet.tokens[: hint_length(gate.alpha(bet.key), cm.draft, st.L - 1)]
