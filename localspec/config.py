@@ -159,7 +159,9 @@ class GenConfig:
     suffix_min_prob: float = 0.1  # it drafts a token while its estimated chance stays >= this
     suffix_factor: float = 1.0  # and at most factor x the matched length
     suffix_max_tokens: int = 500_000  # tokens the session's suffix store keeps (oldest documents go)
-    draft_hint: bool = True  # auto: a lookup's continuation evaluated in the draft's first decode
+    # auto: a lookup's continuation evaluated in the draft's first decode (--draft-hint; off by
+    # default: measured slower on the 2-core F16 edit run, docs/performance.md#draft-hint)
+    draft_hint: bool = False
 
     @property
     def proposers(self) -> tuple[str, ...]:

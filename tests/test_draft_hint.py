@@ -70,7 +70,6 @@ def test_the_hint_length_pays_for_its_rows():
 
 def _auto(smollm2_path, smollm2_q4_0_path, monkeypatch, tmp_path, hint: bool, temp: float):
     from localspec import costmodel
-    from localspec.decode import auto
     from tests.support.helpers import session
 
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
@@ -80,11 +79,9 @@ def _auto(smollm2_path, smollm2_q4_0_path, monkeypatch, tmp_path, hint: bool, te
     monkeypatch.setattr(CostCurve, "observe", lambda self, n, sec: None)
     # the lookup never drafts alone: every iteration is the draft model's, hinted or not
     monkeypatch.setattr(LookupGate, "best_length", lambda self, curve, n, longest: (0, 1.0))
-    if not hint:
-        monkeypatch.setattr(auto, "hint_length", lambda *a, **k: 0)
     s = session(smollm2_path, smollm2_q4_0_path)
     cfg = GenConfig(method="auto", n_predict=96, seed=1, sampling=SamplingConfig(temp=temp), K=1, auto_L=True,
-                    spec_type=("ngram", "draft"))
+                    spec_type=("ngram", "draft"), draft_hint=hint)
     ref = list(s.generate(EDIT, greedy("ar")))[-1] if temp == 0.0 else None
     return list(s.generate(EDIT, cfg))[-1], ref
 
@@ -101,15 +98,16 @@ def test_auto_hints_the_draft_with_the_lookup_and_drafts_the_same(smollm2_path, 
     assert a.draft_calls < b.draft_calls, (a.draft_calls, b.draft_calls)
 
 
-def test_no_draft_hint_is_a_flag_and_a_bench_method():
-    """--no-draft-hint turns the hint off (for comparing); bench speed's `auto-nohint` is auto with it."""
+def test_draft_hint_is_a_flag_and_a_bench_method():
+    """--draft-hint turns the hint on (off by default); bench speed's `auto-hint` is auto with it."""
     from localspec.bench.speed import parse_grid
     from tests.test_settings import _asked as asked
 
-    assert asked().cfg.draft_hint and not asked("--no-draft-hint").cfg.draft_hint
-    specs = {s.label: s for s in parse_grid(["auto", "auto-nohint+ngram,draft"], ["1:8"])}
-    assert specs["auto"].hint and not specs["auto [ngram,draft] no-hint"].hint
-    assert not specs["auto [ngram,draft] no-hint"].gen(_bench_args(), 1).draft_hint
+    assert not asked().cfg.draft_hint and asked("--draft-hint").cfg.draft_hint
+    specs = {s.label: s for s in parse_grid(["auto", "auto-hint+ngram,draft"], ["1:8"])}
+    assert not specs["auto"].hint and specs["auto [ngram,draft] hint"].hint
+    assert specs["auto [ngram,draft] hint"].gen(_bench_args(), 1).draft_hint
+    assert not specs["auto"].gen(_bench_args(), 1).draft_hint
 
 
 def _bench_args():

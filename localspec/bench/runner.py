@@ -43,7 +43,7 @@ class Spec:
     T: float = 0.0
     free: bool = False
     proposers: str = ""  # --spec-type (localspec: draft / ngram; the peer: llama.cpp's names)
-    hint: bool = True  # auto's draft hint (--no-draft-hint when False)
+    hint: bool = False  # auto's draft hint (--draft-hint)
 
     @property
     def label(self) -> str:
@@ -53,7 +53,7 @@ class Spec:
         if self.method == PEER:
             return f"{PEER}{via} n_max={self.L}"
         if self.method == "auto":
-            return ("auto" if self.free else f"auto K={self.K} L<={self.L}") + via + ("" if self.hint else " no-hint")
+            return ("auto" if self.free else f"auto K={self.K} L<={self.L}") + via + (" hint" if self.hint else "")
         return f"{self.method}{via} K={self.K} L={self.L}"
 
     def gen(self, a: argparse.Namespace, seed: int) -> GenConfig:

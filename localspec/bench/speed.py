@@ -37,8 +37,8 @@ def parse_grid(methods: list[str], grid: list[str], T: float = 0.0) -> list[Spec
         m, _, via = token.partition("+")  # "sd+ngram": sd with --spec-type ngram
         if m == "ar":
             continue
-        if m in ("auto", "auto-nohint"):  # auto-nohint: auto with --no-draft-hint
-            out.append(Spec("auto", 1, 8, T, free=True, proposers=via, hint=m == "auto"))
+        if m in ("auto", "auto-hint"):  # auto-hint: auto with --draft-hint
+            out.append(Spec("auto", 1, 8, T, free=True, proposers=via, hint=m == "auto-hint"))
             continue
         for g in grid:
             K, L = (int(v) for v in g.split(":"))
@@ -242,8 +242,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-md", "--draft", default=None, help="draft (registry name or path)")
     p.add_argument("--methods", nargs="+", default=["auto", "sd", "mdbv"],
                    help="methods to compare with AR: auto, sd, gbv, spectr, spectr-gbv, mdbv, and dyn "
-                        "(auto held to each grid K, L the cap of its dynamic length); auto-nohint is auto "
-                        "with --no-draft-hint; METHOD+SPEC-TYPE names who drafts (sd+ngram, auto+ngram,draft)")
+                        "(auto held to each grid K, L the cap of its dynamic length); auto-hint is auto "
+                        "with --draft-hint; METHOD+SPEC-TYPE names who drafts (sd+ngram, auto+ngram,draft)")
     p.add_argument("--grid", nargs="+", default=["1:8", "3:6"], help="K:L settings for explicit methods")
     p.add_argument("--prompts", default=None, help="JSONL prompts file (default: shipped code/chat/math set)")
     p.add_argument("--kinds", nargs="*", default=None, help="prompt kinds to keep (code, chat, math, edit)")
