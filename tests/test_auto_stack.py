@@ -124,3 +124,25 @@ def test_auto_with_a_chain_asked_for_drafts_one_proposer_per_iteration(smollm2_p
     st = events[-1].stats
     assert events[-1].text == ref.text
     assert st.drafted > 0 and st.stacked == 0 and "stacks" not in st.ran, st.ran
+
+
+def test_no_stack_where_either_model_keeps_a_recurrent_state():
+    """A stack is two drafts: auto never considers one with a hybrid or recurrent target or
+    draft (the rule --spec-type X+draft meets in decode/choice.fit_memory), nor without a
+    draft model, nor with the MTP head."""
+    from types import SimpleNamespace as NS
+
+    from localspec.backend.memory import Memory
+    from localspec.decode.auto_stack import AutoStack
+    from localspec.decode.proposer import Proposer
+
+    def turn(target: Memory, draft: Memory | None):
+        return NS(target=NS(memory=target), draft=None if draft is None else NS(memory=draft))
+
+    model = Proposer(None, SamplingConfig(temp=0.0), None)  # type: ignore[arg-type]
+    A, S, H, R = Memory.ATTENTION, Memory.SLIDING_WINDOW, Memory.HYBRID, Memory.RECURRENT
+    assert AutoStack.possible(turn(A, A), model) and AutoStack.possible(turn(S, A), model)
+    for t, d in ((H, A), (A, H), (A, R), (R, R)):
+        assert not AutoStack.possible(turn(t, d), model), (t, d)
+    assert not AutoStack.possible(turn(A, None), model)
+    assert not AutoStack.possible(turn(A, A), object())  # the MTP head is not a Proposer

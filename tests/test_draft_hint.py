@@ -2,9 +2,11 @@
 lookup's continuation evaluated in the draft's first decode, used where the draft's own
 tokens equal it. The draft is the same either way; only its decodes are fewer.
 
-Checked directly on SmolLM2's Q4_0 draft (a right, a partly right and a wrong hint give
-the draft's own tokens, with one decode saved per hinted depth it kept, and a KV that
-drafts on as before); the pricing's arithmetic; and auto on an edit, hinted and not: the
+Checked directly on SmolLM2's Q4_0 draft and a tiny sliding-window (gemma3) draft (a right,
+a partly right and a wrong hint give the draft's own tokens, with one decode saved per
+hinted depth it kept, and a KV that drafts on as before); on tiny hybrid and recurrent
+drafts a hint is ignored (one state cannot hold the hint's tokens beside the draft's); the
+pricing's arithmetic; and auto on an edit, hinted and not: the
 same text (AR's at T = 0; one sample's at T = 0.8, same seed), the same accepted lengths,
 fewer draft decodes.
 """
@@ -39,24 +41,40 @@ def _draft(st: KVState, hint: list[int], L: int = 8):
     return [n.token for n in (trie.nodes[i] for i in trie.path[0])], trie
 
 
-def test_a_hint_saves_the_decodes_of_the_depths_the_draft_agrees_with(smollm2_q4_0_path):
+def _path(request, which: str):
+    if which == "smollm2":
+        return request.getfixturevalue("smollm2_q4_0_path")
+    return request.getfixturevalue("tiny")[which + "-draft"]
+
+
+@pytest.mark.parametrize("which", ["smollm2", "gemma3"])
+def test_a_hint_saves_the_decodes_of_the_depths_the_draft_agrees_with(request, which):
     from localspec.decode.proposer import commit_draft
 
-    own, plain = _draft(_state(smollm2_q4_0_path), [])
+    path = _path(request, which)
+    own, plain = _draft(_state(path), [])
     assert plain.draft_calls == 8 and plain.hinted == 0  # pending + 7 depths (depth 8 is not evaluated)
     partly = own[:3] + [own[3] + 1] + own[4:]
     for hint, saved in ((own, 7), (partly, 3), ([own[0] + 1] + own[1:], 0)):
-        tokens, trie = _draft(_state(smollm2_q4_0_path), hint)
+        tokens, trie = _draft(_state(path), hint)
         assert tokens == own, hint  # the draft's own tokens whatever the hint says
         assert trie.hinted == saved and trie.draft_calls == plain.draft_calls - saved
     # the KV after a partly right hint holds the draft's path, not the hint's: keep 5 of its
     # tokens and the next draft is the one an unhinted state drafts from the same history
-    st, ref = _state(smollm2_q4_0_path), _state(smollm2_q4_0_path)
+    st, ref = _state(path), _state(path)
     _, trie = _draft(st, partly)
     _, ref_trie = _draft(ref, [])
     commit_draft(st, trie, 0, 5, own[5])
     commit_draft(ref, ref_trie, 0, 5, own[5])
     assert _draft(st, [])[0] == _draft(ref, [])[0]
+
+
+@pytest.mark.parametrize("which", ["qwen35", "mamba2"])
+def test_a_draft_with_a_recurrent_state_ignores_the_hint(request, which):
+    path = _path(request, which)
+    own, plain = _draft(_state(path), [])
+    tokens, trie = _draft(_state(path), own)
+    assert tokens == own and trie.hinted == 0 and trie.draft_calls == plain.draft_calls
 
 
 def test_the_hint_length_pays_for_its_rows():

@@ -83,7 +83,7 @@ class Bet(NamedTuple):
     L: int  # the draft length that pays most alone (0: none beats AR)
     speedup: float  # its predicted speedup over AR
     key: tuple  # (proposer, matched length): what the gate learns per
-    tokens: list[int]  # the continuation (up to LOOKUP_MAX_L), for a stack's counterfactual
+    tokens: list[int]  # the continuation (up to LOOKUP_MAX_L): a stack's counterfactual, the draft hint
 
 
 def lookup_bet(turn: Turn, cm: CostModel, lookup: Lookup | None, gate: LookupGate) -> Bet | None:
@@ -117,9 +117,9 @@ def lookup_or_ar(turn: Turn, cm: CostModel, lookup: Lookup | None, gate: LookupG
     """Where the draft model does not run: a lookup draft when the history has one and the
     gate says it pays (target curve x the lookups' acceptance), else one plain step."""
     bet = lookup_bet(turn, cm, lookup, gate)
-    if bet is not None and bet[0]:
+    if bet is not None and bet.L:
         assert lookup is not None
-        return lookup_iteration(turn, lookup, gate, bet[2], bet[0], rng)
+        return lookup_iteration(turn, lookup, gate, bet.key, bet.L, rng)
     return ar_step(turn)
 
 
@@ -184,9 +184,9 @@ def auto_loop(turn: Turn) -> Iterator[Event]:
                      and stacks.pays(st, bet.key, bet.tokens, turn.stats.predicted[-1]))
             if stacks is not None:
                 stacks.begin()
-            if bet is not None and not stack and st.K == 1 and turn.cfg.draft_hint and isinstance(proposer, Proposer) \
-                    and turn.draft is not None and not turn.draft.memory.has_state:
-                # the draft model drafts; the lookup's continuation pre-evaluates what it likely drafts
+            if bet is not None and not stack and turn.cfg.draft_hint and isinstance(proposer, Proposer):
+                # the draft model drafts; the lookup's continuation pre-evaluates what it likely
+                # drafts (propose ignores it where it cannot: K > 1, a recurrent draft)
                 proposer.hint = bet.tokens[: hint_length(gate.alpha(bet.key), cm.draft, st.L - 1)]
             res = spec_iteration(turn, st, stacks.stack if stack else proposer, rng)  # type: ignore[union-attr]
             events = None

@@ -17,8 +17,9 @@ auto stacks where the gain learned for this match (proposer, length) buys more t
 lookup's extra verify rows cost on the target's curve, by MARGIN. The decision reads only
 earlier iterations, and rrs verifies a stack, so every lossless setting stays exact.
 
-Not on a recurrent target (one draft at a time) nor where the context lacks a sequence for
-the extra draft; the MTP head does not stack (a draft model does).
+Not where either model keeps a recurrent state (one draft at a time) nor where the context
+lacks a sequence or batch room for the extra draft; the MTP head does not stack (a draft
+model does).
 """
 
 from __future__ import annotations
@@ -43,10 +44,11 @@ class AutoStack:
 
     @staticmethod
     def possible(turn: Turn, proposer: object) -> bool:
-        """A stack needs the draft model (not the MTP head), an attention target (a trie of
-        several drafts) and a sequence for the lookup's draft beside K model drafts."""
+        """A stack needs the draft model (not the MTP head), and neither model may keep a
+        recurrent state: a stack is two drafts, which one state cannot hold (the rule
+        decode/choice.fit_memory applies to --spec-type X+draft)."""
         return (isinstance(proposer, Proposer) and turn.draft is not None
-                and not turn.target.memory.has_state)
+                and not turn.target.memory.has_state and not turn.draft.memory.has_state)
 
     def pays(self, st: SpecSettings, key: tuple, lookup: list[int], predicted: tuple[float, float, float]) -> bool:
         """Whether stacking this lookup onto the draft model's block is predicted to pay."""
