@@ -100,7 +100,7 @@ if [[ "${1:-}" == "--check" ]]; then
 fi
 command -v apt-get >/dev/null || die "needs apt-get (Debian): install the Vulkan headers, glslc and a Vulkan driver by hand"
 if ! command -v glslc >/dev/null || [[ ! -e /usr/share/vulkan/icd.d/lvp_icd.x86_64.json && ! -e /usr/share/vulkan/icd.d/lvp_icd.json ]] \
-   || ! ldconfig -p | grep -q 'libvulkan.so.1 '; then
+   || ! ldconfig -p | grep 'libvulkan.so.1 ' >/dev/null; then
     echo "installing mesa-vulkan-drivers glslc libvulkan1 (apt-get)"
     pkgs=(mesa-vulkan-drivers glslc libvulkan1)
     export DEBIAN_FRONTEND=noninteractive
@@ -129,7 +129,9 @@ if [[ ! -f "$HDR/usr/include/vulkan/vulkan.hpp" || ! -d "$HDR/usr/share/cmake/SP
     rm -rf "$HDR" && mkdir -p "$HDR"
     for deb in "$tmp"/*.deb; do dpkg -x "$deb" "$HDR"; done
 fi
-LIB=$(ldconfig -p | awk '/libvulkan.so.1 .*x86-64/ {print $NF; exit}')
+# awk reads all of ldconfig's output: an early exit (or grep -q) can end ldconfig with
+# SIGPIPE, which pipefail + set -e turned into a silent exit of this script on a fresh machine
+LIB=$(ldconfig -p | awk '/libvulkan.so.1 .*x86-64/ && !found {print $NF; found = 1}')
 [[ -n "$LIB" ]] || die "the Vulkan loader (libvulkan.so.1) is not installed"
 
 echo "building llama-cpp-python $VERSION with -DGGML_VULKAN=on -DGGML_RPC=on (~8 min on 2 cores)"
