@@ -54,20 +54,23 @@ def test_run_json_after_ctrl_c(smollm2_path):
     # the first Ctrl-C ends the answer: what was generated so far still gets its JSON line
     cmd = [sys.executable, "-m", "localspec.cli", "run", "-m", str(smollm2_path), "--method", "ar", "--raw",
            "-p", "1, 2, 3, 4, 5,", "-n", "1500", "-c", "2048", "-t", "1", "--json"]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    # unbuffered bytes: communicate() reads the fd itself, so whatever a buffered text reader
+    # had read ahead of `seen` would be lost (a rare startswith failure under load)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        seen = ""
+        seen = b""
         deadline = time.monotonic() + 120
         while len(seen) < 20:  # it is generating
             assert time.monotonic() < deadline and p.poll() is None, p.stderr.read() if p.poll() is not None else ""
             seen += p.stdout.read(1)
         p.send_signal(signal.SIGINT)
-        rest, err = p.communicate(timeout=60)
+        rest, err_b = p.communicate(timeout=60)
     finally:
         if p.poll() is None:
             p.kill()
-    out = seen + rest
+    out = (seen + rest).decode("utf-8", "replace")
+    err = err_b.decode("utf-8", "replace")
     assert p.returncode == 130, err
     d = json.loads(out.strip().splitlines()[-1])
     assert d["stop_reason"] == "interrupted" and 0 < d["n_tokens"] < 1500
