@@ -34,20 +34,21 @@ def test_flags_reach_load_options_for_target_and_draft():
     a = build_parser().parse_args([
         "run", "-m", "t.gguf", "-md", "d.gguf", "-p", "x", "-ngl", "12", "-ngld", "all",
         "-dev", "CUDA0,CUDA1", "-devd", "CUDA1", "-sm", "row", "-ts", "3/1", "-mg", "1", "-nkvo",
-        "-fa", "on", "-t", "4", "-td", "2",
+        "-fa", "on", "-t", "4", "-td", "2", "--no-op-offload",
     ])
     o = session_options(a)
     t, d = o.target_load, o.draft_load
     assert (t.gpu_layers, t.devices, t.threads) == (12, ["CUDA0", "CUDA1"], 4)
     assert (d.gpu_layers, d.devices, d.threads) == ("all", ["CUDA1"], 2)
     for x in (t, d):
-        assert (x.split_mode, x.tensor_split, x.main_gpu, x.kv_offload, x.flash_attn) == (
-            "row", [3.0, 1.0], 1, False, "on")
+        assert (x.split_mode, x.tensor_split, x.main_gpu, x.kv_offload, x.flash_attn, x.op_offload) == (
+            "row", [3.0, 1.0], 1, False, "on", False)
     # defaults: auto everywhere, the draft inherits -dev and -t
     o = session_options(build_parser().parse_args(["chat", "-dev", "Vulkan0", "-t", "3", "-ngl", "-1"]))
     assert o.target_load.gpu_layers == "all" and o.draft_load.gpu_layers == "auto"
     assert o.draft_load.devices == ["Vulkan0"] and o.draft_load.threads == 3
     assert o.target_load.flash_attn == "auto" and o.target_load.kv_offload
+    assert o.target_load.op_offload and o.draft_load.op_offload  # llama.cpp's default
 
 
 def test_model_params_carry_layers_devices_split_and_mode():
@@ -73,6 +74,10 @@ def test_context_params_carry_flash_attn_and_kv_offload(fa, kvo, want):
                        n_ubatch=None, n_seq_max=4, threads=3)
     assert (p.flash_attn_type, p.offload_kqv, p.n_threads, p.n_threads_batch) == (want, kvo, 3, 3)
     assert (p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max, p.kv_unified) == (1024, 64, 64, 4, True)
+    assert p.op_offload  # llama.cpp's default
+    off = context_params(LoadOptions(op_offload=False), n_ctx=1024, n_batch=64, n_ubatch=None, n_seq_max=4,
+                         threads=3)
+    assert not off.op_offload
 
 
 def test_loaded_model_and_context_follow_their_load_options(smollm2_path):
@@ -81,6 +86,14 @@ def test_loaded_model_and_context_follow_their_load_options(smollm2_path):
         c = Context(m, n_ctx=256, threads=1)  # the model's own -t/-td wins over the session's
         assert c.threads == 2
         assert c.placement_key == "CPU:31|fa=off|kvo=1|t=2"
+        c.close()
+    finally:
+        m.close()
+    # op offload off: its own cost curves (a CPU prompt decode no longer goes to a GPU)
+    m = Model(smollm2_path, load=LoadOptions(gpu_layers=0, flash_attn="off", threads=2, op_offload=False))
+    try:
+        c = Context(m, n_ctx=256, threads=1)
+        assert c.placement_key == "CPU:31|fa=off|kvo=1|nopo|t=2"
         c.close()
     finally:
         m.close()

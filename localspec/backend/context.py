@@ -58,6 +58,7 @@ def context_params(
     p.no_perf = True
     p.flash_attn_type = FLASH_ATTN[load.flash_attn]
     p.offload_kqv = load.kv_offload
+    p.op_offload = load.op_offload
     p.n_rs_seq = n_rs_seq  # llama.cpp clamps it to 0 for archs without snapshot rollback
     return p
 
@@ -135,7 +136,8 @@ class Context:
     @property
     def placement_key(self) -> str:
         """Where this context computes, for cost-model cache keys: device names with their
-        layer counts, flash attention, KV offload and threads ('CPU:31|fa=auto|kvo=1|t=2').
+        layer counts, flash attention, KV offload, op offload when off, and threads
+        ('CPU:31|fa=auto|kvo=1|t=2').
 
         Curves timed on the CPU must never be used for a GPU placement (and vice versa)."""
         load = self.model.load
@@ -145,7 +147,8 @@ class Context:
             from localspec.backend.rpc import registered
 
             layers += "|rpc=" + "+".join(registered())
-        return f"{layers}|fa={load.flash_attn}|kvo={int(load.kv_offload)}|t={self.threads}"
+        nopo = "" if load.op_offload else "|nopo"  # the default adds nothing: cached curves stay valid
+        return f"{layers}|fa={load.flash_attn}|kvo={int(load.kv_offload)}{nopo}|t={self.threads}"
 
     # ------------------------------------------------------------------ compute
     def decode(self, batch: Batch | None = None) -> None:

@@ -1,8 +1,8 @@
 """GPU-offload flags with llama.cpp's names -> LoadOptions for the target and the draft.
 
 Same spelling as llama-server / llama-speculative, so a command line carries over:
--ngl/-ngld, -dev/-devd, -sm, -ts, -mg, -nkvo, -fa, -td. Target and draft get their own
-LoadOptions; the split, main-GPU, flash-attention and KV-offload flags apply to both, and
+-ngl/-ngld, -dev/-devd, -sm, -ts, -mg, -nkvo, --no-op-offload, -fa, -td. Target and draft get
+their own LoadOptions; the split, main-GPU, flash-attention, KV- and op-offload flags apply to both, and
 the draft uses the target's -dev list unless -devd says otherwise (a device kept out of
 the target's list is usually busy or slow for the draft too).
 """
@@ -71,6 +71,10 @@ def add_offload_args(p: argparse.ArgumentParser) -> None:
                    help="the GPU used with -sm none (index into the device list)")
     g.add_argument("-nkvo", "--no-kv-offload", dest="no_kv_offload", action="store_true",
                    help="keep the KV caches in host memory")
+    g.add_argument("--no-op-offload", dest="no_op_offload", action="store_true",
+                   help="compute layers kept in host memory on the CPU even for big batches (llama.cpp "
+                        "otherwise copies their weights to the GPU for a prompt of 32+ tokens: right "
+                        "on a dGPU, slow on a software or a weak integrated one)")
     g.add_argument("-fa", "--flash-attn", dest="flash_attn", choices=["auto", "on", "off"],
                    default="auto", help="flash attention (default auto: where the device supports it)")
     g.add_argument("-td", "--threads-draft", dest="threads_draft", type=int, default=None,
@@ -88,6 +92,7 @@ def load_options(a: argparse.Namespace) -> tuple[LoadOptions, LoadOptions]:
         tensor_split=getattr(a, "tensor_split", None),
         main_gpu=getattr(a, "main_gpu", 0),
         kv_offload=not getattr(a, "no_kv_offload", False),
+        op_offload=not getattr(a, "no_op_offload", False),
         flash_attn=getattr(a, "flash_attn", "auto"),
     )
     threads = getattr(a, "threads", None)
