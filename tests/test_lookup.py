@@ -298,13 +298,17 @@ def test_cli_lookup_without_a_draft_model(smollm2_path):
     assert nodraft.returncode == 2 and "--spec-type ngram" in nodraft.stderr
 
 
+# 1,500 seeds (was 2,000): chi2_pvalue pools the cells under 5 expected counts either way,
+# and the two tests run ~2.5 min shorter
+LAW_SEEDS = 1500
+
+
 @pytest.mark.slow
+@pytest.mark.law
 def test_lookup_chained_with_the_draft_keeps_the_target_law(smollm2_path, smollm2_q4_0_path):
     """chi-square on the first two tokens at T = 1 (tests/test_lossless_real.py's test) with
     `--spec-type ngram,draft` and gbv: the history holds an earlier answer, so the lookup
     drafts the first tokens (a point mass) and the draft model the rest."""
-    from localspec.backend import Context
-    from localspec.sampling import transform_row
     from tests.support.helpers import session
     from tests.test_lossless_real import chi2_pvalue
 
@@ -312,33 +316,21 @@ def test_lookup_chained_with_the_draft_keeps_the_target_law(smollm2_path, smollm
     history = [{"role": "user", "content": "Say a color."}, {"role": "assistant", "content": "Blue."},
                {"role": "user", "content": "Say a color."}]
     s = session(smollm2_path, smollm2_q4_0_path)
-    toks = s._prompt_tokens(s.render(history))
-    ctx = Context(s.target_model, n_ctx=512, n_batch=512, n_seq_max=1, threads=1)
-    row = ctx.batch.clear().add_sequence(toks, 0, 0, True)
-    ctx.decode()
-    first = transform_row(np.array(ctx.logits(row)), sampling)
-    law = {}
-    for t1, p1 in zip(first.ids.tolist(), first.probs.tolist(), strict=True):
-        r = ctx.batch.clear().add(t1, len(toks), 0, True)
-        ctx.decode()
-        second = transform_row(ctx.logits(r), sampling)
-        for t2, p2 in zip(second.ids.tolist(), second.probs.tolist(), strict=True):
-            key = (t1, EOG if s.target_model.is_eog(t2) else t2)  # an end-of-turn token is not emitted
-            law[key] = law.get(key, 0.0) + p1 * p2
-        ctx.seq_rm(0, len(toks), -1)
+    law = _two_token_law(s, history, sampling)
     pairs, looked_up = [], 0
-    for seed in range(2000):
+    for seed in range(LAW_SEEDS):
         cfg = GenConfig(method="gbv", K=1, L=2, n_predict=2, seed=seed, sampling=sampling, dynamic_draft=False,
                         spec_type=("ngram", "draft"))
         done = list(s.generate(history, cfg))[-1]
         looked_up += done.stats.lookup_drafted > 0
         got = s.last_tokens[:2]
         pairs.append((got[0], got[1] if len(got) > 1 else EOG))  # stopped at the end of its turn
-    assert looked_up > 1000  # the lookup drafted in most generations
+    assert looked_up > LAW_SEEDS // 2  # the lookup drafted in most generations
     assert chi2_pvalue(pairs, law) > 1e-3
 
 
 @pytest.mark.slow
+@pytest.mark.law
 def test_stacked_lookup_and_draft_keep_the_target_law(smollm2_path, smollm2_q4_0_path):
     """chi-square on the first two tokens at T = 1 with `--spec-type ngram+draft`: the
     lookup's point mass (the earlier answer) and the draft model's sample in one trie,
@@ -352,14 +344,14 @@ def test_stacked_lookup_and_draft_keep_the_target_law(smollm2_path, smollm2_q4_0
     s = session(smollm2_path, smollm2_q4_0_path)
     law = _two_token_law(s, history, sampling)
     pairs, stacked = [], 0
-    for seed in range(2000):
+    for seed in range(LAW_SEEDS):
         cfg = GenConfig(method="sd", K=1, L=2, n_predict=2, seed=seed, sampling=sampling, dynamic_draft=False,
                         spec_type=("ngram+draft",))
         done = list(s.generate(history, cfg))[-1]
         stacked += done.stats.proposed.get("ngram", (0, 0))[0] > 0
         got = s.last_tokens[:2]
         pairs.append((got[0], got[1] if len(got) > 1 else EOG))
-    assert stacked > 1000  # the lookup's draft sat beside the model's in most generations
+    assert stacked > LAW_SEEDS // 2  # the lookup's draft sat beside the model's in most generations
     assert chi2_pvalue(pairs, law) > 1e-3
 
 

@@ -18,7 +18,7 @@ from localspec.sampling import transform_row
 from localspec.verify import Decision
 from tests.support.helpers import session
 
-pytestmark = pytest.mark.slow  # ~7,000 generations: the long tier
+pytestmark = [pytest.mark.slow, pytest.mark.law]  # ~7,000 generations: the long tier
 
 PROMPT = "Write one word that describes the ocean."
 SAMPLING = SamplingConfig(temp=1.0, top_k=6, top_p=1.0, min_p=0.0)

@@ -270,6 +270,7 @@ def test_cli_refuses_a_draft_tree_on_a_hybrid_model_in_one_line(tiny):
 
 
 @pytest.mark.slow
+@pytest.mark.law
 def test_hybrid_target_keeps_the_target_law_at_t_above_0(tiny):
     """chi-square on the first two tokens (tests/test_lossless_real.py's approach) for sd and
     gbv on the hybrid pair at T = 1: the rollback path is lossless in law, not only greedy."""
