@@ -81,22 +81,16 @@ def test_context_params_carry_flash_attn_and_kv_offload(fa, kvo, want):
 
 
 def test_loaded_model_and_context_follow_their_load_options(smollm2_path):
-    m = Model(smollm2_path, load=LoadOptions(gpu_layers=0, flash_attn="off", threads=2))
-    try:
-        c = Context(m, n_ctx=256, threads=1)  # the model's own -t/-td wins over the session's
-        assert c.threads == 2
-        assert c.placement_key == "CPU:31|fa=off|kvo=1|t=2"
-        c.close()
-    finally:
-        m.close()
-    # op offload off: its own cost curves (a CPU prompt decode no longer goes to a GPU)
-    m = Model(smollm2_path, load=LoadOptions(gpu_layers=0, flash_attn="off", threads=2, op_offload=False))
-    try:
-        c = Context(m, n_ctx=256, threads=1)
-        assert c.placement_key == "CPU:31|fa=off|kvo=1|nopo|t=2"
-        c.close()
-    finally:
-        m.close()
+    # op offload off gets cost curves of its own (a CPU prompt decode no longer goes to a GPU)
+    for op_offload, key in ((True, "CPU:31|fa=off|kvo=1|t=2"), (False, "CPU:31|fa=off|kvo=1|nopo|t=2")):
+        m = Model(smollm2_path, load=LoadOptions(gpu_layers=0, flash_attn="off", threads=2, op_offload=op_offload))
+        try:
+            c = Context(m, n_ctx=256, threads=1)  # the model's own -t/-td wins over the session's
+            assert c.threads == 2
+            assert c.placement_key == key
+            c.close()
+        finally:
+            m.close()
 
 
 def test_target_and_draft_get_their_own_threads(smollm2_path, smollm2_q8_path):
