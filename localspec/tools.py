@@ -40,6 +40,14 @@ def gpu_backends() -> list[str]:
     return d.gpu_backends()
 
 
+def amx_kernels() -> bool:
+    """Whether this llama.cpp has ggml's AMX kernels (auto leaves them unused: they crash on
+    some machines; `--repack` uses them anyway)."""
+    from localspec.backend import devices as d
+
+    return d.amx_kernels()
+
+
 def reinstall_hint() -> str:
     from localspec.backend import devices as d
 

@@ -68,6 +68,37 @@ def test_model_params_carry_layers_devices_split_and_mode():
     assert p.n_gpu_layers == 0 and p.devices is None and p.split_mode == 1
 
 
+def test_repack_flags_reach_model_params_and_auto_leaves_amx_kernels_unused(monkeypatch):
+    """--repack / -nr --no-repack (llama.cpp's names) set use_extra_bufts for target and draft;
+    auto (no flag) repacks unless the build has AMX kernels, which crash on some machines."""
+    pl = Placement("target", "m", 0, 31)
+    for argv, want in ((["--no-repack"], False), (["-nr"], False), (["--repack"], True), ([], None)):
+        o = session_options(build_parser().parse_args(["run", "-m", "t.gguf", "-md", "d.gguf", "-p", "x", *argv]))
+        assert (o.target_load.repack, o.draft_load.repack) == (want, want), argv
+    with pytest.raises(SystemExit):  # both at once is a usage error
+        build_parser().parse_args(["run", "-m", "t.gguf", "-p", "x", "--repack", "--no-repack"])
+    for amx in (False, True):
+        monkeypatch.setattr(devs, "amx_kernels", lambda amx=amx: amx)
+        assert model_params(LoadOptions(), pl)[0].use_extra_bufts is (not amx)
+        assert model_params(LoadOptions(repack=True), pl)[0].use_extra_bufts is True
+        assert model_params(LoadOptions(repack=False), pl)[0].use_extra_bufts is False
+
+
+def test_installed_build_decodes_quantized_weights_with_the_auto_repack(smollm2_path):
+    """The crash this guards against: an AMX build's first quantized decode segfaulted (SmolLM2
+    Q4_1 here). Whatever the build, auto must give a context that decodes a batch (in a child
+    process, so a segfault fails this test instead of ending the run)."""
+    code = (
+        "import sys; from localspec.backend.model import Model; from localspec.backend.context import Context\n"
+        f"m = Model({str(smollm2_path)!r}); c = Context(m, n_ctx=256, threads=1)\n"
+        "c.batch.clear(); c.batch.add_sequence(list(range(10, 30)), 0, 0); c.decode()\n"
+        "print(c.logits_all().shape[1])\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-800:]
+    assert int(r.stdout.split()[-1]) > 1000
+
+
 @pytest.mark.parametrize(("fa", "kvo", "want"), [("auto", True, -1), ("on", False, 1), ("off", True, 0)])
 def test_context_params_carry_flash_attn_and_kv_offload(fa, kvo, want):
     p = context_params(LoadOptions(flash_attn=fa, kv_offload=kvo), n_ctx=1024, n_batch=64,
@@ -81,9 +112,15 @@ def test_context_params_carry_flash_attn_and_kv_offload(fa, kvo, want):
 
 
 def test_loaded_model_and_context_follow_their_load_options(smollm2_path):
-    # op offload off gets cost curves of its own (a CPU prompt decode no longer goes to a GPU)
-    for op_offload, key in ((True, "CPU:31|fa=off|kvo=1|t=2"), (False, "CPU:31|fa=off|kvo=1|nopo|t=2")):
-        m = Model(smollm2_path, load=LoadOptions(gpu_layers=0, flash_attn="off", threads=2, op_offload=op_offload))
+    # op offload off and repacking off get cost curves of their own (a CPU prompt decode no
+    # longer goes to a GPU; unrepacked Q4 rows decode at another speed); auto repacks unless
+    # the build has AMX kernels
+    auto = "" if devs.repack_on(None) else "|norp"
+    for op_offload, repack, key in ((True, None, f"CPU:31|fa=off|kvo=1{auto}|t=2"),
+                                    (False, True, "CPU:31|fa=off|kvo=1|nopo|t=2"),
+                                    (True, False, "CPU:31|fa=off|kvo=1|norp|t=2")):
+        m = Model(smollm2_path, load=LoadOptions(gpu_layers=0, flash_attn="off", threads=2, op_offload=op_offload,
+                                                 repack=repack))
         try:
             c = Context(m, n_ctx=256, threads=1)  # the model's own -t/-td wins over the session's
             assert c.threads == 2
@@ -162,6 +199,14 @@ def test_devices_lists_the_cpu_and_how_to_get_a_gpu(capsys, monkeypatch, smollm2
         assert "the Vulkan backend found no device: models run on the CPU" in out
         assert "GGML_VK_VISIBLE_DEVICES" in out and "pip install" not in out
     assert "target SmolLM2" in out and "draft SmolLM2" in out and "31/31 layers" in out
+
+
+@pytest.mark.parametrize("amx", [False, True])
+def test_devices_says_when_amx_kernels_keep_repacking_off(capsys, monkeypatch, amx):
+    monkeypatch.setattr(devs, "amx_kernels", lambda: amx)
+    rc, out, _ = _cli(capsys, "devices")
+    assert rc == 0
+    assert ("weight repacking is off unless --repack" in out) is amx
 
 
 @pytest.mark.parametrize("built", [[], ["Vulkan"]])

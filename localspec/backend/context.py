@@ -18,6 +18,7 @@ import llama_cpp
 import numpy as np
 
 from localspec.backend.batch import Batch
+from localspec.backend.devices import repack_on
 from localspec.backend.memory import RS_SNAPSHOTS, Memory
 from localspec.backend.model import Model
 from localspec.errors import ConfigError, ContextFullError, LocalspecError, SeqOpError
@@ -136,8 +137,8 @@ class Context:
     @property
     def placement_key(self) -> str:
         """Where this context computes, for cost-model cache keys: device names with their
-        layer counts, flash attention, KV offload, op offload when off, and threads
-        ('CPU:31|fa=auto|kvo=1|t=2').
+        layer counts, flash attention, KV offload, op offload and weight repacking when off,
+        and threads ('CPU:31|fa=auto|kvo=1|t=2').
 
         Curves timed on the CPU must never be used for a GPU placement (and vice versa)."""
         load = self.model.load
@@ -148,7 +149,8 @@ class Context:
 
             layers += "|rpc=" + "+".join(registered())
         nopo = "" if load.op_offload else "|nopo"  # the default adds nothing: cached curves stay valid
-        return f"{layers}|fa={load.flash_attn}|kvo={int(load.kv_offload)}{nopo}|t={self.threads}"
+        norp = "" if repack_on(load.repack) else "|norp"  # unrepacked quants decode at another speed
+        return f"{layers}|fa={load.flash_attn}|kvo={int(load.kv_offload)}{nopo}{norp}|t={self.threads}"
 
     # ------------------------------------------------------------------ compute
     def decode(self, batch: Batch | None = None) -> None:

@@ -10,8 +10,11 @@ ggml/include/ggml-backend.h in the llama.cpp vendored by llama-cpp-python 0.3.36
 from __future__ import annotations
 
 import ctypes
+import functools
 import platform
 import sys
+
+import llama_cpp
 
 from localspec.backend import ggml
 from localspec.placement.plan import Device
@@ -65,6 +68,20 @@ def devices() -> list[Device]:
             unified=kind == "igpu" or backend == "MTL",
         ))
     return out
+
+
+@functools.cache
+def amx_kernels() -> bool:
+    """Whether this llama.cpp was compiled with ggml's AMX kernels (built with -march=native on
+    an AMX CPU: Sapphire Rapids and later). Their matmul segfaults on the first decode of a
+    quantized model on some such machines (upstream llama.cpp issue 20824; seen on this
+    project's 2-core VMs), so `auto` repacking leaves them unused (repack_on)."""
+    return b"AMX_INT8 = 1" in (llama_cpp.llama_print_system_info() or b"")
+
+
+def repack_on(asked: bool | None) -> bool:
+    """llama_model_params.use_extra_bufts for --repack / --no-repack / auto (None)."""
+    return (not amx_kernels()) if asked is None else asked
 
 
 def device_handle(name: str) -> int:

@@ -141,6 +141,7 @@ def model_params(load: LoadOptions, placement: Placement | None, *, use_mmap: bo
     """
     p = llama_cpp.llama_model_default_params()
     p.load_mtp = load_mtp
+    p.use_extra_bufts = devs.repack_on(load.repack)
     if not use_mmap:
         p.load_mode = 0  # LLAMA_LOAD_MODE_NONE: read the file instead of mapping it
     keep: list[object] = []

@@ -39,6 +39,10 @@ def cmd_devices(a: argparse.Namespace) -> int:
     for d in present:
         print(f"{d.name:10} {d.kind:5} {d.backend:8} {_gib(d.free):>10} {_gib(d.total):>10}  "
               f"{d.description}{' (unified memory)' if d.unified else ''}")
+    if devs.amx_kernels():
+        print("this llama.cpp has ggml's AMX kernels, which segfault on the first quantized decode on "
+              "some machines: weight repacking is off unless --repack (rebuild without them: "
+              "docs/gpu.md#repack)")
     gpus = [d for d in present if d.kind in ("gpu", "igpu")]
     if not devs.gpu_backends():
         print("no GPU backend is compiled into this llama.cpp build: models run on the CPU. "

@@ -1,9 +1,9 @@
 """GPU-offload flags with llama.cpp's names -> LoadOptions for the target and the draft.
 
 Same spelling as llama-server / llama-speculative, so a command line carries over:
--ngl/-ngld, -dev/-devd, -sm, -ts, -mg, -nkvo, --no-op-offload, -fa, -td. Target and draft
-get their own LoadOptions; the split, main-GPU, flash-attention, KV- and op-offload flags
-apply to both, and the draft uses the target's -dev list unless -devd says otherwise (a
+-ngl/-ngld, -dev/-devd, -sm, -ts, -mg, -nkvo, --no-op-offload, --repack/-nr, -fa, -td. Target
+and draft get their own LoadOptions; the split, main-GPU, flash-attention, KV- and op-offload
+and repack flags apply to both, and the draft uses the target's -dev list unless -devd says otherwise (a
 device kept out of the target's list is usually busy or slow for the draft too).
 """
 
@@ -75,6 +75,14 @@ def add_offload_args(p: argparse.ArgumentParser) -> None:
                    help="compute layers kept in host memory on the CPU even for big batches (llama.cpp "
                         "otherwise copies their weights to the GPU for a prompt of 32+ tokens: right "
                         "on a dGPU, slow on a software or a weak integrated one)")
+    rp = g.add_mutually_exclusive_group()
+    rp.add_argument("--repack", dest="repack", action="store_true", default=None,
+                    help="repack quantized weights for the CPU's SIMD (llama.cpp's default; here the "
+                         "default too, except with a llama.cpp built with AMX kernels, whose AMX matmul "
+                         "crashes on some machines: docs/gpu.md#repack)")
+    rp.add_argument("-nr", "--no-repack", dest="repack", action="store_false",
+                    help="keep quantized weights as stored (slower Q4 decodes on x86; a way around a "
+                         "crash in a repacked or AMX kernel)")
     g.add_argument("-fa", "--flash-attn", dest="flash_attn", choices=["auto", "on", "off"],
                    default="auto", help="flash attention (default auto: where the device supports it)")
     g.add_argument("-td", "--threads-draft", dest="threads_draft", type=int, default=None,
@@ -93,6 +101,7 @@ def load_options(a: argparse.Namespace) -> tuple[LoadOptions, LoadOptions]:
         main_gpu=getattr(a, "main_gpu", 0),
         kv_offload=not getattr(a, "no_kv_offload", False),
         op_offload=not getattr(a, "no_op_offload", False),
+        repack=getattr(a, "repack", None),
         flash_attn=getattr(a, "flash_attn", "auto"),
     )
     threads = getattr(a, "threads", None)

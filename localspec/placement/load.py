@@ -30,5 +30,10 @@ class LoadOptions:
     # dGPU's bus; on a software device (Mesa's lavapipe) a 32-token CPU decode took 17-21 s
     # instead of 0.14. --no-op-offload keeps host layers on the CPU.
     op_offload: bool = True
+    # llama.cpp's weight repacking (its "extra buffer types": Q4_0/Q4_K rows interleaved for
+    # the CPU's SIMD, or AMX tiles). None = auto: on, except in a llama.cpp built with AMX
+    # kernels, whose AMX matmul segfaults on the first quantized decode on some machines
+    # (backend/devices.amx_kernels). --repack / -nr --no-repack (llama.cpp's flags) decide.
+    repack: bool | None = None
     flash_attn: str = "auto"
     extra: dict = field(default_factory=dict)
