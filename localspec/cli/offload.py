@@ -77,9 +77,9 @@ def add_offload_args(p: argparse.ArgumentParser) -> None:
                         "on a dGPU, slow on a software or a weak integrated one)")
     rp = g.add_mutually_exclusive_group()
     rp.add_argument("--repack", dest="repack", action="store_true", default=None,
-                    help="repack quantized weights for the CPU's SIMD (llama.cpp's default; here the "
-                         "default too, except with a llama.cpp built with AMX kernels, whose AMX matmul "
-                         "crashes on some machines: docs/gpu.md#repack)")
+                    help="repack quantized weights for the CPU's SIMD (default: on, as in llama.cpp, "
+                         "unless this llama.cpp was built with AMX kernels, whose AMX matmul crashes on "
+                         "some machines: docs/gpu.md#repack)")
     rp.add_argument("-nr", "--no-repack", dest="repack", action="store_false",
                     help="keep quantized weights as stored (slower Q4 decodes on x86; a way around a "
                          "crash in a repacked or AMX kernel)")
