@@ -49,18 +49,12 @@ VERSION="$("$PYTHON" -m pip show llama-cpp-python 2>/dev/null | awk '/^Version:/
 [ -n "$VERSION" ] || die "llama-cpp-python is not installed for $PYTHON; install localspec first ('pip install -e .')"
 
 DEST="$HOME_DIR/peer/$VERSION/bin"
-# x86-64: ggml's AMX kernels (compiled in by -march=native on Sapphire Rapids and later)
-# segfault in ggml_backend_amx_mul_mat on the first quantized decode on some of these
-# machines (upstream issue 20824); -mno-amx-* leaves them out and keeps every other native
-# instruction. Binaries built before this flag on such a machine are rebuilt.
-NO_AMX=()
-if [ "$(uname -m)" = x86_64 ]; then
-    NO_AMX=("-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-            "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
-    if [ -f "$DEST/BUILD_INFO" ] && ! grep -q -- -mno-amx-int8 "$DEST/BUILD_INFO"; then
-        echo "build_llama_cpp_peer: $DEST was built with AMX kernels: rebuilding without them"
-        FORCE=1
-    fi
+# built without ggml's AMX kernels (they segfault on some AMX machines: the file says why);
+# binaries built before with them are rebuilt
+source "$(dirname "${BASH_SOURCE[0]}")/llama_cpp_no_amx.sh"
+if [ "${#NO_AMX_CMAKE[@]}" -gt 0 ] && [ -f "$DEST/BUILD_INFO" ] && ! grep -q -- -mno-amx-int8 "$DEST/BUILD_INFO"; then
+    echo "build_llama_cpp_peer: $DEST was built with AMX kernels: rebuilding without them"
+    FORCE=1
 fi
 ALL_TARGETS=(llama-speculative-simple llama-bench llama-server)
 TARGETS=()
@@ -127,7 +121,7 @@ CMAKE_FLAGS=(
     -DGGML_SYCL=OFF
     -DGGML_OPENCL=OFF
     -DGGML_RPC=OFF
-    "${NO_AMX[@]}"
+    "${NO_AMX_CMAKE[@]}"
 )
 GENERATOR=()
 if command -v ninja >/dev/null; then GENERATOR=(-G Ninja); fi

@@ -24,15 +24,8 @@
 set -euo pipefail
 
 VERSION=0.3.36
-# ggml's AMX kernels (compiled in by -march=native on an AMX CPU: Sapphire Rapids and later)
-# segfault in ggml_backend_amx_mul_mat on the first decode of a quantized model on some of
-# these machines (seen here on a 2-core VM: SmolLM2 Q4_1, Qwen Q4_0 and Q4_K_M; upstream
-# llama.cpp issue 20824, not fixed in this version). -mno-amx-* keeps every other native
-# instruction (AVX-512, VNNI) and leaves the AMX code out: GCC lets an explicit -mno-X win
-# over -march=native whatever their order. docs/development.md#amx
-NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-NO_AMX_CMAKE=""
-[[ $(uname -m) == x86_64 ]] && NO_AMX_CMAKE="'-DCMAKE_C_FLAGS=$NO_AMX' '-DCMAKE_CXX_FLAGS=$NO_AMX'"
+# built without ggml's AMX kernels: they segfault on some AMX machines (the file says why)
+source "$(dirname "${BASH_SOURCE[0]}")/llama_cpp_no_amx.sh"
 PY="${PYTHON:-python}"
 HOME_DIR="${LOCALSPEC_HOME:-$HOME/.cache/localspec}"
 HDR="$HOME_DIR/vulkan-headers"
@@ -95,13 +88,12 @@ trixie_sources() {
 
 installed() {
     # 0.3.36, RPC compiled in, the Vulkan backend's library in the package, and no AMX kernels
-    # (a build made on an AMX machine before NO_AMX below segfaults on its first quantized decode)
-    "$PY" - <<'EOF' 2>/dev/null
+    # (a build made on an AMX machine without the flags segfaults on its first quantized decode)
+    "$PY" - <<'EOF' 2>/dev/null && ! has_amx_kernels "$PY"
 import importlib.metadata as m, pathlib, sys
 import llama_cpp
 ok = (m.version("llama-cpp-python") == "0.3.36" and llama_cpp.llama_supports_rpc()
-      and any(pathlib.Path(llama_cpp.__file__).parent.glob("lib/libggml-vulkan.so*"))
-      and b"AMX_INT8 = 1" not in llama_cpp.llama_print_system_info())
+      and any(pathlib.Path(llama_cpp.__file__).parent.glob("lib/libggml-vulkan.so*")))
 sys.exit(0 if ok else 1)
 EOF
 }
@@ -146,7 +138,7 @@ LIB=$(ldconfig -p | awk '/libvulkan.so.1 .*x86-64/ && !found {print $NF; found =
 [[ -n "$LIB" ]] || die "the Vulkan loader (libvulkan.so.1) is not installed"
 
 echo "building llama-cpp-python $VERSION with -DGGML_VULKAN=on -DGGML_RPC=on (~8 min on 2 cores)"
-export CMAKE_ARGS="-DGGML_VULKAN=on -DGGML_RPC=on -DVulkan_INCLUDE_DIR=$HDR/usr/include -DVulkan_LIBRARY=$LIB -DCMAKE_PREFIX_PATH=$HDR/usr $NO_AMX_CMAKE"
+export CMAKE_ARGS="-DGGML_VULKAN=on -DGGML_RPC=on -DVulkan_INCLUDE_DIR=$HDR/usr/include -DVulkan_LIBRARY=$LIB -DCMAKE_PREFIX_PATH=$HDR/usr $(no_amx_cmake_args)"
 export CMAKE_BUILD_PARALLEL_LEVEL="${LOCALSPEC_BUILD_JOBS:-2}"
 "$PY" -m pip install -q --force-reinstall --no-cache-dir --no-deps "llama-cpp-python==$VERSION"
 "$PY" -m pip install -q "llama-cpp-python==$VERSION"  # its pure-Python dependencies

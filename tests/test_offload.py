@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -84,12 +85,34 @@ def test_repack_flags_reach_model_params_and_auto_leaves_amx_kernels_unused(monk
         assert model_params(LoadOptions(repack=False), pl)[0].use_extra_bufts is False
 
 
+@pytest.mark.parametrize("amx", [False, True])
+def test_build_scripts_flags_leave_amx_out_and_their_check_sees_an_amx_build(tmp_path, amx):
+    """scripts/llama_cpp_no_amx.sh, sourced by every llama.cpp build (.ci/run included): its
+    CMAKE_ARGS split (as scikit-build-core splits them) into C and C++ flags with the three
+    -mno-amx-*, and has_amx_kernels tells an AMX build (which they rebuild) from one without,
+    here through a stand-in llama_cpp module."""
+    fake = tmp_path / "llama_cpp.py"
+    fake.write_text(f"def llama_print_system_info():\n    return b'CPU : AVX512 = 1 | {'AMX_INT8 = 1 | ' if amx else ''}'\n")
+    script = ('set -euo pipefail; source scripts/llama_cpp_no_amx.sh; no_amx_cmake_args; echo; '
+              f'if has_amx_kernels {sys.executable}; then echo AMX; else echo none; fi')
+    r = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    args, verdict = r.stdout.splitlines()
+    assert verdict == ("AMX" if amx else "none")
+    if os.uname().machine == "x86_64":
+        flags = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+        assert shlex.split(args) == [f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
+    else:
+        assert args == ""
+
+
 def test_installed_build_decodes_quantized_weights_with_the_auto_repack(smollm2_path):
     """The crash this guards against: an AMX build's first quantized decode segfaulted (SmolLM2
     Q4_1 here). Whatever the build, auto must give a context that decodes a batch (in a child
     process, so a segfault fails this test instead of ending the run)."""
     code = (
-        "import sys; from localspec.backend.model import Model; from localspec.backend.context import Context\n"
+        "from localspec.backend.model import Model; from localspec.backend.context import Context\n"
         f"m = Model({str(smollm2_path)!r}); c = Context(m, n_ctx=256, threads=1)\n"
         "c.batch.clear(); c.batch.add_sequence(list(range(10, 30)), 0, 0); c.decode()\n"
         "print(c.logits_all().shape[1])\n"
