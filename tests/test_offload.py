@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from localspec.backend import devices as devs
@@ -120,6 +121,27 @@ def test_installed_build_decodes_quantized_weights_with_the_auto_repack(smollm2_
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-800:]
     assert int(r.stdout.split()[-1]) > 1000
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "mamba2", "gemma3"])
+def test_no_repack_loads_and_decodes_every_memory_kind_alike(tiny, arch):
+    """--no-repack is a load parameter of every model, not only attention ones: a hybrid, a
+    recurrent and a sliding-window model load with it, key their curves apart, and decode the
+    same logits as with repacking on (their F16/F32 weights have no repacked layout)."""
+    rows = {}
+    for repack in (True, False):
+        m = Model(tiny[arch], load=LoadOptions(gpu_layers=0, threads=1, repack=repack))
+        try:
+            c = Context(m, n_ctx=256, n_batch=64, n_seq_max=2, threads=1)
+            assert c.placement_key.endswith("|t=1") and ("|norp" in c.placement_key) is (not repack)
+            c.batch.clear()
+            c.batch.add_sequence(list(range(10, 26)), 0, 0)
+            c.decode()
+            rows[repack] = c.logits_all()[-1].copy()
+            c.close()
+        finally:
+            m.close()
+    assert np.array_equal(rows[True], rows[False])
 
 
 @pytest.mark.parametrize(("fa", "kvo", "want"), [("auto", True, -1), ("on", False, 1), ("off", True, 0)])
