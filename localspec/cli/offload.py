@@ -3,8 +3,8 @@
 Same spelling as llama-server / llama-speculative, so a command line carries over:
 -ngl/-ngld, -dev/-devd, -sm, -ts, -mg, -nkvo, --no-op-offload, --repack/-nr, -fa, -td. Target
 and draft get their own LoadOptions; the split, main-GPU, flash-attention, KV- and op-offload
-and repack flags apply to both, and the draft uses the target's -dev list unless -devd says otherwise (a
-device kept out of the target's list is usually busy or slow for the draft too).
+and repack flags apply to both, and the draft uses the target's -dev list unless -devd says
+otherwise (a device kept out of the target's list is usually busy or slow for the draft too).
 """
 
 from __future__ import annotations
