@@ -157,3 +157,11 @@ def ngram_index(n_min: int, n_max: int) -> Any:
     from localspec.decode.lookup import NgramIndex
 
     return NgramIndex(n_min, n_max)
+
+
+def draft_agreement(path: Path, texts: list[tuple[list[int], list[int]]], threads: int) -> list[list[bool]]:
+    """Per (prompt, answer): where a greedy draft model agrees with the answer, position by
+    position, from one teacher-forced decode (decode/agreement.py): `bench ceiling --draft`'s input."""
+    from localspec.decode.agreement import draft_agreement as agree
+
+    return agree(path, texts, threads)

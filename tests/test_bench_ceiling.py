@@ -89,3 +89,109 @@ def test_latest_matches_the_longest_tail_first_as_the_session_does() -> None:
     longest, _ = replay(prompt, gen, FLAT, l_max=8)
     capped, _ = replay(prompt, gen, FLAT, l_max=8, n_max=4)
     assert longest > capped
+
+
+# ------------------------------------------------------------------ with the draft model (-md)
+def test_agreement_runs_count_right_tokens_in_a_row() -> None:
+    from localspec.bench.ceiling import agreement_runs
+
+    assert agreement_runs([True, True, False, True, False, False]) == [2, 1, 0, 1, 0, 0]
+    assert agreement_runs([]) == []
+
+
+def test_the_oracle_schedule_is_never_below_the_lookup_replay() -> None:
+    """With no draft model agreement the dynamic program can still take every lookup the
+    replay takes, so it is at least as fast (equal on a flat curve, where longest is best)."""
+    from localspec.bench.ceiling import lookup_rights, mixed_replay
+
+    prompt = [7, 8, 1, 2, 3, 4, 0, 7, 8, 9, 9, 0] + list(range(20, 40))
+    gen = [5, 7, 8, 1, 2, 3, 4, 50, 51] + list(range(20, 36))
+    for curve in (FLAT, LINEAR, curve_from_points({1: 1.0, 4: 1.3, 8: 3.0, 16: 4.0})):
+        rights = lookup_rights(prompt, gen, 16)
+        dp, _, share = mixed_replay(rights, [0] * len(gen), curve, 0.5, 16)
+        greedy, _ = replay(prompt, gen, curve, 16)
+        assert dp >= greedy - 1e-9 and share == 0.0
+        if curve is FLAT:
+            assert dp == pytest.approx(greedy)
+
+
+def test_a_free_right_draft_model_fills_what_lookups_miss() -> None:
+    from localspec.bench.ceiling import agreement_runs, mixed_replay
+
+    n = 20
+    rights = [0] * n  # new text: no lookup is right anywhere
+    runs = agreement_runs([True] * n)
+    # a free draft on a flat curve: every decode verifies 4 right tokens and writes 1 (token 0
+    # comes from the prompt's decode): 1 + ceil(19 / 5) = 5 decodes
+    speed, per_decode, share = mixed_replay(rights, runs, FLAT, 0.0, 4)
+    assert per_decode == pytest.approx(4.0) and speed == pytest.approx(4.0)
+    assert share == pytest.approx(15 / 20)
+    # on a linear curve with a draft step as dear as a target step, nothing pays
+    speed, _, share = mixed_replay(rights, runs, LINEAR, 1.0, 4)
+    assert speed == pytest.approx(1.0) and share == 0.0
+
+
+def test_the_draft_goes_where_the_lookup_is_wrong() -> None:
+    """Lookups right on the first half, the draft model on the second: the oracle uses each
+    where it is right and beats either alone."""
+    from localspec.bench.ceiling import agreement_runs, mixed_replay
+
+    n = 24
+    rights = [max(0, 11 - i) for i in range(12)] + [0] * 12
+    runs = agreement_runs([False] * 12 + [True] * 12)
+    cost = curve_from_points({1: 1.0, 16: 2.0})
+    both, _, share = mixed_replay(rights, runs, cost, 0.1, 16)
+    lookups, _, _ = mixed_replay(rights, [0] * n, cost, 0.1, 16)
+    model, _, _ = mixed_replay([0] * n, runs, cost, 0.1, 16)
+    assert both > max(lookups, model) and 0.0 < share < 1.0
+
+
+def test_a_model_agrees_with_its_own_greedy_answer(smollm2_q8_path) -> None:
+    """decode/agreement.py's one teacher-forced decode: SmolLM2 as its own draft agrees with
+    its own greedy answer (near-ties under batch numerics aside), and not with shuffled text."""
+    import random
+
+    from localspec import tools
+    from localspec.config import GenConfig
+    from localspec.events import Written
+    from localspec.runtime import open_session
+    from localspec.session import SessionOptions
+
+    sess = open_session(str(smollm2_q8_path), None, SessionOptions(threads=2))
+    try:
+        prompt_text = "def fibonacci(n):"
+        prompt = sess.tokenize(prompt_text)
+        gen: list[int] = []
+        for ev in sess.generate(prompt_text, GenConfig(method="ar", n_predict=40)):
+            if isinstance(ev, Written):
+                gen.extend(ev.tokens)
+    finally:
+        sess.close()
+    shuffled = gen[:]
+    random.Random(0).shuffle(shuffled)
+    own, other = tools.draft_agreement(smollm2_q8_path, [(prompt, gen), (prompt, shuffled)], 2)
+    assert len(own) == len(gen) == len(other)
+    assert sum(own) >= 0.9 * len(gen)
+    assert sum(other) < sum(own)
+
+
+def test_bench_ceiling_with_a_draft_model_end_to_end(smollm2_q8_path, smollm2_q4_0_path, tmp_path, capsys) -> None:
+    """`-md` with a given draft step (no llama-bench): rows for the model alone and beside
+    each lookup mode; the oracle over both is never below the lookup's own replay."""
+    import json
+
+    from localspec.cli.main import main
+
+    out = tmp_path / "ceiling.json"
+    args = ["bench", "ceiling", "-m", str(smollm2_q8_path), "-md", str(smollm2_q4_0_path), "--draft-ms", "3",
+            "--kinds", "edit", "-n", "24", "--curve", "1:10,8:20,64:100", "--lengths", "8", "--out", str(out)]
+    assert main(args) == 0
+    data = json.loads(out.read_text())
+    rows = {r["mode"]: r for r in data["rows"]}
+    assert set(rows) == {"latest", "any", "draft", "latest+draft", "any+draft"}
+    assert data["draft_step_s"] == pytest.approx(0.003)
+    for mode in ("latest", "any"):
+        for pid, s in rows[mode]["per_prompt"].items():
+            assert rows[f"{mode}+draft"]["per_prompt"][pid] >= s - 1e-9
+    assert all(0.0 <= rows[m]["model_share"] <= 1.0 for m in ("draft", "latest+draft"))
+    assert "% by the model" in capsys.readouterr().out

@@ -12,8 +12,13 @@ is -- so its speedup over AR is an upper bound for any gate on that proposer:
 - `any`: every earlier occurrence of the tail at once, the longest right one kept (a
   zero-cost tree of all candidates: a bound for suffix trees and SuffixDecoding's tree mode).
 
-When the bound is below a goal, no lookup gate, length rule or tree reaches that goal on
-this machine; only a cheaper batch curve (a GPU, an F16 target) or longer copies can.
+With `-md` the draft model joins (mixed_replay): its greedy agreement with the answer, read
+off one teacher-forced decode (decode/agreement.py), and its 1-token step bound what any
+schedule of lookups, draft-model blocks and plain steps could give, chosen by an oracle.
+
+When the bound is below a goal, no lookup gate, length rule, tree or chain reaches that goal
+on this machine; only a cheaper batch curve (a GPU, an F16 target), a cheaper or better
+draft, or longer copies can.
 """
 
 from __future__ import annotations
@@ -76,6 +81,67 @@ def replay(prompt: list[int], gen: list[int], cost: CostFn, l_max: int, n_min: i
         i += right + 1
         decodes += 1
     return len(gen) * cost(1) / spent, len(gen) / decodes
+
+
+def lookup_rights(prompt: list[int], gen: list[int], l_max: int, n_min: int = GenConfig.ngram_min,
+                  n_max: int = GenConfig.ngram_max, mode: str = "latest") -> list[int]:
+    """rights[i]: how many tokens of the lookup's draft at answer position i (history = prompt
+    + gen[:i]) the answer goes on with, at most l_max (rights[0] is 0: the prompt's decode)."""
+    index = tools.ngram_index(n_min, n_max)
+    rights = [0]
+    for i in range(1, len(gen)):
+        history, rest = prompt + gen[:i], gen[i:]
+        if mode == "any":
+            rights.append(_any_right(history, rest, n_min, l_max))
+        else:
+            index.extend(history)
+            rights.append(_right(index.continuation(l_max)[0], rest, l_max))
+    return rights
+
+
+def agreement_runs(agree: Sequence[bool]) -> list[int]:
+    """runs[i]: how many answer tokens from position i on a greedy draft gets right in a row."""
+    runs = [0] * (len(agree) + 1)
+    for i in range(len(agree) - 1, -1, -1):
+        runs[i] = runs[i + 1] + 1 if agree[i] else 0
+    return runs[:-1]
+
+
+def mixed_replay(rights: Sequence[int], runs: Sequence[int], cost: CostFn, draft_step: float,
+                 l_max: int) -> tuple[float, float, float]:
+    """(speedup over AR, tokens per target decode, share of the answer drafted by the model)
+    of the best schedule a perfect gate could run with both proposers on one answer.
+
+    At each position it may decode one token, verify a right lookup prefix (free to draft),
+    or verify a right prefix of the greedy draft model's tokens (one draft step each, at the
+    draft's 1-token cost: a lower bound, its first decode carries the pending token too); a
+    dynamic program over positions finds the cheapest schedule. A stack is never better
+    than the better of its two drafts alone with an oracle, so none is modelled. With the
+    draft model's measured agreement and the lookup's own drafts this bounds any gate,
+    length rule or chain over `ngram` + `draft` on this answer and batch curve."""
+    n = len(rights)
+    if n < 2:
+        return 1.0, 1.0, 0.0
+    best = [0.0] * (n + 1)
+    choice: list[tuple[int, bool]] = [(0, False)] * (n + 1)
+    for i in range(n - 1, 0, -1):
+        top = n - 1 - i  # the decode's own token ends the answer
+        best[i], choice[i] = cost(1) + best[i + 1], (0, False)
+        for m in range(1, min(rights[i], l_max, top) + 1):
+            c = cost(1 + m) + best[i + m + 1]
+            if c < best[i]:
+                best[i], choice[i] = c, (m, False)
+        for m in range(1, min(runs[i], l_max, top) + 1):
+            c = m * draft_step + cost(1 + m) + best[i + m + 1]
+            if c < best[i]:
+                best[i], choice[i] = c, (m, True)
+    i, decodes, by_model = 1, 1, 0
+    while i < n:
+        m, model = choice[i]
+        by_model += m if model else 0
+        i += m + 1
+        decodes += 1
+    return n * cost(1) / (cost(1) + best[1]), n / decodes, by_model / n
 
 
 def measured_curve(model: str, threads: int) -> tuple[CostFn, dict[int, float]]:
@@ -146,15 +212,50 @@ def main(a: argparse.Namespace) -> int:
                          "median_speedup": median([s for s, _ in per]),
                          "median_tokens_per_decode": median([b for _, b in per]),
                          "per_prompt": {pid: s for (pid, _, _), (s, _) in zip(answers, per, strict=True)}})
+    draft_s = None
+    if a.draft:
+        draft_s, mixed = _draft_rows(a, answers, cost)
+        rows += mixed
     print("| lookup | max L | ceiling vs AR (median) | tokens per decode | per prompt |")
     print("|---|---|---|---|---|")
     for r in rows:
         per = " ".join(f"{s:.2f}" for s in r["per_prompt"].values())
-        print(f"| {r['mode']} (n {r['n_min']}..{r['n_max']}) | {r['l_max']} | {r['median_speedup']:.2f}× | {r['median_tokens_per_decode']:.2f} | {per} |")
+        shared = f", {100 * r['model_share']:.0f} % by the model" if "model_share" in r else ""
+        label = "draft model alone" if r["mode"] == "draft" else f"{r['mode']} (n {r['n_min']}..{r['n_max']})"
+        print(f"| {label} | {r['l_max']} | {r['median_speedup']:.2f}× | "
+              f"{r['median_tokens_per_decode']:.2f}{shared} | {per} |")
     if a.out:
-        write_json(a.out, {"machine": machine_info(a.threads), "model": a.model, "curve_s": points, "rows": rows})
+        write_json(a.out, {"machine": machine_info(a.threads), "model": a.model, "curve_s": points,
+                           "draft": a.draft, "draft_step_s": draft_s, "rows": rows})
         print(f"wrote {a.out}", file=sys.stderr)
     return 0
+
+
+def _draft_rows(a: argparse.Namespace, answers: list[tuple[str, list[int], list[int]]],
+                cost: CostFn) -> tuple[float, list[dict]]:
+    """The perfect-gate rows with the draft model beside the lookups (mixed_replay)."""
+    from localspec.models import resolve_model
+
+    if a.draft_ms is not None:
+        step = a.draft_ms / 1e3
+    else:
+        step = measured_curve(a.draft, a.threads)[1][1]
+    agree = tools.draft_agreement(resolve_model(a.draft), [(pr, g) for _, pr, g in answers], a.threads)
+    print(f"draft step: {1e3 * step:.0f} ms; the draft's greedy token is the answer's at "
+          f"{median([sum(x) / max(len(x), 1) for x in agree]):.0%} of positions (median)", file=sys.stderr)
+    rows = []
+    for mode in ("draft", "latest+draft", "any+draft"):
+        for l_max in a.lengths:
+            per = []
+            for (_, pr, g), ag in zip(answers, agree, strict=True):
+                rights = [0] * len(g) if mode == "draft" else lookup_rights(pr, g, l_max, a.n_min, a.n_max, mode.split("+")[0])
+                per.append(mixed_replay(rights, agreement_runs(ag), cost, step, l_max))
+            rows.append({"mode": mode, "l_max": l_max, "n_min": a.n_min, "n_max": a.n_max,
+                         "median_speedup": median([s for s, _, _ in per]),
+                         "median_tokens_per_decode": median([b for _, b, _ in per]),
+                         "model_share": median([m for _, _, m in per]),
+                         "per_prompt": {pid: s for (pid, _, _), (s, _, _) in zip(answers, per, strict=True)}})
+    return step, rows
 
 
 def add_args(p: argparse.ArgumentParser, lengths: Sequence[int] = (16, 32, 64)) -> None:
@@ -169,4 +270,9 @@ def add_args(p: argparse.ArgumentParser, lengths: Sequence[int] = (16, 32, 64)) 
                    help="longest matched tail, tried first (latest mode)")
     p.add_argument("--curve", default=None, help="the target's batch curve as tokens:ms pairs (e.g. 1:28,8:127,16:148 "
                    "from --explain) instead of running llama-bench")
+    p.add_argument("-md", "--model-draft", dest="draft", default=None,
+                   help="also bound the draft model beside the lookups: its greedy agreement with each answer "
+                   "(one teacher-forced decode) and its 1-token step (llama-bench pp1 unless --draft-ms)")
+    p.add_argument("--draft-ms", type=float, default=None, metavar="MS",
+                   help="the draft model's step in ms (e.g. from --explain) instead of running llama-bench")
     p.add_argument("--out", default=None, help="write the rows as JSON")

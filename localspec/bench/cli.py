@@ -52,8 +52,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         description="Replays the target's greedy answers as if every lookup draft were right and ran only "
                                     "where one exists: an upper bound on what the ngram proposer (latest) or any lookup "
                                     "over every earlier occurrence (any) could give over AR on this machine's batch curve "
-                                    "(llama-bench pp, needs scripts/build_llama_cpp_peer.sh, or --curve).",
-                        epilog="example: localspec bench ceiling --kinds edit -n 200 -t 2 --out ceiling.json")
+                                    "(llama-bench pp, needs scripts/build_llama_cpp_peer.sh, or --curve). With -md, "
+                                    "also the best schedule of lookups AND the greedy draft model (its agreement with "
+                                    "each answer read off one teacher-forced decode): a bound on any gate over both.",
+                        epilog="example: localspec bench ceiling --kinds edit -n 200 -t 2 --out ceiling.json;  "
+                               "with the draft model: localspec bench ceiling -m qwen2.5-coder-1.5b-f16 -md qwen2.5-coder-0.5b-q4_0 --kinds edit")
     ceiling.add_args(c)
     c.set_defaults(func=ceiling.main)
 

@@ -1,0 +1,50 @@
+"""Where a greedy draft model agrees with a given answer: the draft's argmax at every position.
+
+`bench ceiling --draft` bounds what the draft model could add to the lookups. A greedy draft
+that drafts from the target's own accepted text proposes, at position i, its argmax given
+the prompt and the answer's first i tokens: exactly what one teacher-forced decode of
+prompt + answer reads off its output rows. So one pass over the text tells, for every
+position, whether a draft started there would have been right, with no speculative loop and
+no timing mixed in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from localspec.backend.context import Context
+from localspec.backend.model import Model
+from localspec.placement.load import LoadOptions
+
+
+def draft_agreement(path: Path, texts: list[tuple[list[int], list[int]]], threads: int) -> list[list[bool]]:
+    """Per (prompt, answer): agree[i] is True where the draft's greedy token after prompt +
+    answer[:i] is answer[i]. The draft is loaded once for all texts."""
+    model = Model(path, load=LoadOptions(threads=threads))
+    try:
+        return [_agreement(model, prompt, answer, threads) for prompt, answer in texts]
+    finally:
+        model.close()
+
+
+def _agreement(model: Model, prompt: list[int], answer: list[int], threads: int) -> list[bool]:
+    if not prompt or not answer:
+        return [False] * len(answer)
+    ctx = Context(model, n_ctx=len(prompt) + len(answer) + 8, n_batch=512, n_seq_max=1, threads=threads)
+    try:
+        tokens = prompt + answer[:-1]  # the last answer token is never a draft's input
+        first_out = len(prompt) - 1  # the row after the prompt's last token predicts answer[0]
+        argmax: list[int] = []
+        for start in range(0, len(tokens), ctx.n_batch):
+            chunk = tokens[start:start + ctx.n_batch]
+            b = ctx.batch.clear()
+            for j, tok in enumerate(chunk):
+                b.add(tok, start + j, 0, logits=start + j >= first_out)
+            ctx.decode(b)
+            if b.n_outputs:
+                argmax.extend(int(x) for x in np.argmax(ctx.logits_all(), axis=1))
+        return [a == t for a, t in zip(argmax, answer, strict=True)]
+    finally:
+        ctx.close()
