@@ -159,9 +159,10 @@ def ngram_index(n_min: int, n_max: int) -> Any:
     return NgramIndex(n_min, n_max)
 
 
-def draft_agreement(path: Path, texts: list[tuple[list[int], list[int]]], threads: int) -> list[list[bool]]:
+def draft_agreement(path: Path, texts: list[tuple[list[int], list[int]]], threads: int,
+                    n_batch: int = 512) -> list[list[bool]]:
     """Per (prompt, answer): where a greedy draft model agrees with the answer, position by
     position, from one teacher-forced decode (decode/agreement.py): `bench ceiling --draft`'s input."""
     from localspec.decode.agreement import draft_agreement as agree
 
-    return agree(path, texts, threads)
+    return agree(path, texts, threads, n_batch)

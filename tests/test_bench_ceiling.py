@@ -146,33 +146,40 @@ def test_the_draft_goes_where_the_lookup_is_wrong() -> None:
     assert both > max(lookups, model) and 0.0 < share < 1.0
 
 
-def test_a_model_agrees_with_its_own_greedy_answer(smollm2_q8_path) -> None:
-    """decode/agreement.py's one teacher-forced decode: SmolLM2 as its own draft agrees with
-    its own greedy answer (near-ties under batch numerics aside), and not with shuffled text."""
+@pytest.mark.parametrize("kind", ["smollm2", "qwen35", "mamba2"])
+def test_a_model_agrees_with_its_own_greedy_answer(smollm2_q8_path, tiny, kind) -> None:
+    """decode/agreement.py's one teacher-forced decode: a model as its own draft agrees with
+    its own greedy answer (near-ties under batch numerics aside), not with shuffled text, and
+    reads the same rows when the text is decoded in 8-token chunks: on attention (SmolLM2), a
+    hybrid (qwen35) and a recurrent (mamba2) memory alike."""
     import random
 
     from localspec import tools
     from localspec.config import GenConfig
-    from localspec.events import Written
+    from localspec.events import Accepted, Written
     from localspec.runtime import open_session
     from localspec.session import SessionOptions
 
-    sess = open_session(str(smollm2_q8_path), None, SessionOptions(threads=2))
+    path = smollm2_q8_path if kind == "smollm2" else tiny[kind]
+    sess = open_session(str(path), None, SessionOptions(threads=2))
     try:
         prompt_text = "def fibonacci(n):"
         prompt = sess.tokenize(prompt_text)
         gen: list[int] = []
         for ev in sess.generate(prompt_text, GenConfig(method="ar", n_predict=40)):
-            if isinstance(ev, Written):
+            if isinstance(ev, Written | Accepted):
                 gen.extend(ev.tokens)
     finally:
         sess.close()
     shuffled = gen[:]
     random.Random(0).shuffle(shuffled)
-    own, other = tools.draft_agreement(smollm2_q8_path, [(prompt, gen), (prompt, shuffled)], 2)
+    own, other = tools.draft_agreement(path, [(prompt, gen), (prompt, shuffled)], 2)
     assert len(own) == len(gen) == len(other)
     assert sum(own) >= 0.9 * len(gen)
     assert sum(other) < sum(own)
+    (chunked,) = tools.draft_agreement(path, [(prompt, gen)], 2, n_batch=8)
+    assert sum(chunked) >= 0.9 * len(gen)
+    assert sum(a != b for a, b in zip(chunked, own, strict=True)) <= 0.1 * len(gen)
 
 
 def test_bench_ceiling_with_a_draft_model_end_to_end(smollm2_q8_path, smollm2_q4_0_path, tmp_path, capsys) -> None:

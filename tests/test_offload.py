@@ -131,6 +131,7 @@ def test_no_repack_loads_and_decodes_every_memory_kind_alike(tiny, arch):
     rows = {}
     for repack in (True, False):
         m = Model(tiny[arch], load=LoadOptions(gpu_layers=0, threads=1, repack=repack))
+        c = None
         try:
             c = Context(m, n_ctx=256, n_batch=64, n_seq_max=2, threads=1)
             assert c.placement_key.endswith("|t=1") and ("|norp" in c.placement_key) is (not repack)
@@ -138,8 +139,9 @@ def test_no_repack_loads_and_decodes_every_memory_kind_alike(tiny, arch):
             c.batch.add_sequence(list(range(10, 26)), 0, 0)
             c.decode()
             rows[repack] = c.logits_all()[-1].copy()
-            c.close()
         finally:
+            if c is not None:
+                c.close()
             m.close()
     assert np.array_equal(rows[True], rows[False])
 

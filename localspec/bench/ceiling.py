@@ -58,37 +58,15 @@ def _any_right(history: list[int], rest: list[int], n_min: int, cap: int) -> int
                 if history[s - n_min + 1 : s + 1] == tail), default=0)
 
 
-def replay(prompt: list[int], gen: list[int], cost: CostFn, l_max: int, n_min: int = GenConfig.ngram_min,
-           n_max: int = GenConfig.ngram_max, mode: str = "latest") -> tuple[float, float]:
-    """(speedup over AR, tokens per target decode) of perfect-gated lookups on `gen`.
-
-    The first token comes from the prompt's decode in both AR and the replay; every later
-    decode carries the last token plus the right part of the draft (none where there is none).
-    """
-    if len(gen) < 2:
-        return 1.0, 1.0
-    index = tools.ngram_index(n_min, n_max)  # the session's lookup, same defaults
-    i, spent, decodes = 1, cost(1), 1
-    while i < len(gen):
-        history, rest = prompt + gen[:i], gen[i:]
-        if mode == "any":
-            right = _any_right(history, rest, n_min, l_max)
-        else:
-            index.extend(history)
-            right = _right(index.continuation(l_max)[0], rest, l_max)
-        right = min(right, len(rest) - 1)  # the decode's own token ends the answer
-        spent += cost(1 + right)
-        i += right + 1
-        decodes += 1
-    return len(gen) * cost(1) / spent, len(gen) / decodes
-
-
 def lookup_rights(prompt: list[int], gen: list[int], l_max: int, n_min: int = GenConfig.ngram_min,
                   n_max: int = GenConfig.ngram_max, mode: str = "latest") -> list[int]:
     """rights[i]: how many tokens of the lookup's draft at answer position i (history = prompt
-    + gen[:i]) the answer goes on with, at most l_max (rights[0] is 0: the prompt's decode)."""
-    index = tools.ngram_index(n_min, n_max)
-    rights = [0]
+    + gen[:i]) the answer goes on with, at most l_max (rights[0] is 0: the prompt's decode).
+
+    A draft of fewer tokens is a prefix of this one (the same occurrence, cut), so the rights
+    for a shorter l_max are these capped: compute them once at the longest length."""
+    index = tools.ngram_index(n_min, n_max)  # the session's lookup, same defaults
+    rights = [0] if gen else []
     for i in range(1, len(gen)):
         history, rest = prompt + gen[:i], gen[i:]
         if mode == "any":
@@ -97,6 +75,30 @@ def lookup_rights(prompt: list[int], gen: list[int], l_max: int, n_min: int = Ge
             index.extend(history)
             rights.append(_right(index.continuation(l_max)[0], rest, l_max))
     return rights
+
+
+def replay_rights(rights: Sequence[int], cost: CostFn, l_max: int) -> tuple[float, float]:
+    """(speedup over AR, tokens per target decode) of perfect-gated lookups with these rights.
+
+    The first token comes from the prompt's decode in both AR and the replay; every later
+    decode carries the last token plus the right part of the draft (none where there is none).
+    """
+    n = len(rights)
+    if n < 2:
+        return 1.0, 1.0
+    i, spent, decodes = 1, cost(1), 1
+    while i < n:
+        right = min(rights[i], l_max, n - 1 - i)  # the decode's own token ends the answer
+        spent += cost(1 + right)
+        i += right + 1
+        decodes += 1
+    return n * cost(1) / spent, n / decodes
+
+
+def replay(prompt: list[int], gen: list[int], cost: CostFn, l_max: int, n_min: int = GenConfig.ngram_min,
+           n_max: int = GenConfig.ngram_max, mode: str = "latest") -> tuple[float, float]:
+    """(speedup over AR, tokens per target decode) of perfect-gated lookups on `gen`."""
+    return replay_rights(lookup_rights(prompt, gen, l_max, n_min, n_max, mode), cost, l_max)
 
 
 def agreement_runs(agree: Sequence[bool]) -> list[int]:
@@ -144,12 +146,12 @@ def mixed_replay(rights: Sequence[int], runs: Sequence[int], cost: CostFn, draft
     return n * cost(1) / (cost(1) + best[1]), n / decodes, by_model / n
 
 
-def measured_curve(model: str, threads: int) -> tuple[CostFn, dict[int, float]]:
-    """The target's batch curve from llama-bench (pp at SIZES), as seconds per batch."""
+def measured_curve(model: str, threads: int, sizes: Sequence[int] = SIZES) -> tuple[CostFn, dict[int, float]]:
+    """A model's batch curve from llama-bench (pp at `sizes`), as seconds per batch."""
     from localspec.bench import llama_bench
     from localspec.models import resolve_model
 
-    rows = llama_bench.run_llama_bench(resolve_model(model), threads, n_prompt=SIZES, n_gen=(), repetitions=3)
+    rows = llama_bench.run_llama_bench(resolve_model(model), threads, n_prompt=sizes, n_gen=(), repetitions=3)
     points = {r.n_prompt: r.n_prompt / r.avg_ts for r in rows if r.n_prompt}
     return curve_from_points(points), points
 
@@ -204,17 +206,15 @@ def main(a: argparse.Namespace) -> int:
         cost, points = measured_curve(a.model, a.threads)
     answers = greedy_answers(a.model, a.kinds, a.n_predict, a.threads)
     print(f"batch curve ({'--curve' if a.curve else 'llama-bench pp'}, ms): " + ", ".join(f"{n}: {1e3 * t:.0f}" for n, t in sorted(points.items())))
-    rows = []
-    for mode in ("latest", "any"):
-        for l_max in a.lengths:
-            per = [replay(pr, g, cost, l_max, a.n_min, a.n_max, mode) for _, pr, g in answers]
-            rows.append({"mode": mode, "l_max": l_max, "n_min": a.n_min, "n_max": a.n_max,
-                         "median_speedup": median([s for s, _ in per]),
-                         "median_tokens_per_decode": median([b for _, b in per]),
-                         "per_prompt": {pid: s for (pid, _, _), (s, _) in zip(answers, per, strict=True)}})
+    # every length's rights are the longest one's, capped (lookup_rights): one pass per mode
+    longest = max(a.lengths, default=0)
+    rights = {mode: [lookup_rights(pr, g, longest, a.n_min, a.n_max, mode) for _, pr, g in answers]
+              for mode in ("latest", "any")}
+    rows = [_row(a, mode, l_max, answers, [replay_rights(r, cost, l_max) for r in rights[mode]])
+            for mode in rights for l_max in a.lengths]
     draft_s = None
     if a.draft:
-        draft_s, mixed = _draft_rows(a, answers, cost)
+        draft_s, mixed = _draft_rows(a, answers, rights, cost)
         rows += mixed
     print("| lookup | max L | ceiling vs AR (median) | tokens per decode | per prompt |")
     print("|---|---|---|---|---|")
@@ -231,30 +231,37 @@ def main(a: argparse.Namespace) -> int:
     return 0
 
 
+def _row(a: argparse.Namespace, mode: str, l_max: int, answers: list[tuple[str, list[int], list[int]]],
+         per: list[tuple[float, ...]]) -> dict:
+    """One table row from per-prompt (speedup, tokens per decode[, share by the model])."""
+    row = {"mode": mode, "l_max": l_max, "n_min": a.n_min, "n_max": a.n_max,
+           "median_speedup": median([p[0] for p in per]),
+           "median_tokens_per_decode": median([p[1] for p in per]),
+           "per_prompt": {pid: p[0] for (pid, _, _), p in zip(answers, per, strict=True)}}
+    if per and len(per[0]) > 2:
+        row["model_share"] = median([p[2] for p in per])
+    return row
+
+
 def _draft_rows(a: argparse.Namespace, answers: list[tuple[str, list[int], list[int]]],
-                cost: CostFn) -> tuple[float, list[dict]]:
+                rights: dict[str, list[list[int]]], cost: CostFn) -> tuple[float, list[dict]]:
     """The perfect-gate rows with the draft model beside the lookups (mixed_replay)."""
     from localspec.models import resolve_model
 
     if a.draft_ms is not None:
         step = a.draft_ms / 1e3
-    else:
-        step = measured_curve(a.draft, a.threads)[1][1]
+    else:  # only its 1-token step is priced
+        step = measured_curve(a.draft, a.threads, sizes=(1,))[1][1]
     agree = tools.draft_agreement(resolve_model(a.draft), [(pr, g) for _, pr, g in answers], a.threads)
     print(f"draft step: {1e3 * step:.0f} ms; the draft's greedy token is the answer's at "
           f"{median([sum(x) / max(len(x), 1) for x in agree]):.0%} of positions (median)", file=sys.stderr)
+    runs = [agreement_runs(ag) for ag in agree]
+    none = [[0] * len(g) for _, _, g in answers]  # the draft model alone: no lookup anywhere
     rows = []
-    for mode in ("draft", "latest+draft", "any+draft"):
+    for mode, lookups in (("draft", none), ("latest+draft", rights["latest"]), ("any+draft", rights["any"])):
         for l_max in a.lengths:
-            per = []
-            for (_, pr, g), ag in zip(answers, agree, strict=True):
-                rights = [0] * len(g) if mode == "draft" else lookup_rights(pr, g, l_max, a.n_min, a.n_max, mode.split("+")[0])
-                per.append(mixed_replay(rights, agreement_runs(ag), cost, step, l_max))
-            rows.append({"mode": mode, "l_max": l_max, "n_min": a.n_min, "n_max": a.n_max,
-                         "median_speedup": median([s for s, _, _ in per]),
-                         "median_tokens_per_decode": median([b for _, b, _ in per]),
-                         "model_share": median([m for _, _, m in per]),
-                         "per_prompt": {pid: s for (pid, _, _), (s, _, _) in zip(answers, per, strict=True)}})
+            per = [mixed_replay(r, run, cost, step, l_max) for r, run in zip(lookups, runs, strict=True)]
+            rows.append(_row(a, mode, l_max, answers, per))
     return step, rows
 
 

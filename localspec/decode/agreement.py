@@ -1,6 +1,6 @@
 """Where a greedy draft model agrees with a given answer: the draft's argmax at every position.
 
-`bench ceiling --draft` bounds what the draft model could add to the lookups. A greedy draft
+`bench ceiling -md` bounds what the draft model could add to the lookups. A greedy draft
 that drafts from the target's own accepted text proposes, at position i, its argmax given
 the prompt and the answer's first i tokens: exactly what one teacher-forced decode of
 prompt + answer reads off its output rows. So one pass over the text tells, for every
@@ -19,20 +19,24 @@ from localspec.backend.model import Model
 from localspec.placement.load import LoadOptions
 
 
-def draft_agreement(path: Path, texts: list[tuple[list[int], list[int]]], threads: int) -> list[list[bool]]:
+def draft_agreement(path: Path, texts: list[tuple[list[int], list[int]]], threads: int,
+                    n_batch: int = 512) -> list[list[bool]]:
     """Per (prompt, answer): agree[i] is True where the draft's greedy token after prompt +
-    answer[:i] is answer[i]. The draft is loaded once for all texts."""
+    answer[:i] is answer[i]. The draft is loaded once for all texts; a text longer than
+    n_batch is decoded in n_batch chunks, one sequence growing, so any memory kind (a
+    recurrent state too) reads the same rows."""
     model = Model(path, load=LoadOptions(threads=threads))
     try:
-        return [_agreement(model, prompt, answer, threads) for prompt, answer in texts]
+        return [_agreement(model, prompt, answer, threads, n_batch) for prompt, answer in texts]
     finally:
         model.close()
 
 
-def _agreement(model: Model, prompt: list[int], answer: list[int], threads: int) -> list[bool]:
+def _agreement(model: Model, prompt: list[int], answer: list[int], threads: int, n_batch: int) -> list[bool]:
     if not prompt or not answer:
         return [False] * len(answer)
-    ctx = Context(model, n_ctx=len(prompt) + len(answer) + 8, n_batch=512, n_seq_max=1, threads=threads)
+    ctx = Context(model, n_ctx=len(prompt) + len(answer) + 8, n_batch=n_batch, n_seq_max=1,
+                  threads=threads, rs_snapshots=0)  # one growing sequence: nothing to roll back
     try:
         tokens = prompt + answer[:-1]  # the last answer token is never a draft's input
         first_out = len(prompt) - 1  # the row after the prompt's last token predicts answer[0]
