@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from localspec.decode.drafters import registry as drafters
+from localspec.decode.drafters.registry import canonical as drafter_name  # noqa: F401 - for frontends
 from localspec.errors import ConfigError
 
 
@@ -39,6 +41,13 @@ METHOD_TABLE: dict[str, Method] = {m.name: m for m in (
     Method("parse", True, False, False, one_state=False, summary="the target judges a drafted answer in one pass"),
 )}
 METHODS = tuple(METHOD_TABLE)
+def one_draft_verifier(greedy: bool) -> str:
+    """The lossless verifier of one draft for this sampling: sd at T = 0 (the longest
+    greedy match; every rule is that walk there, sd is the cheapest), gbv when sampling
+    (block verification: optimal for one draft)."""
+    return "sd" if greedy else "gbv"
+
+
 # what auto may choose when -K / -L are not given: up to AUTO_MAX_K drafts (sampled drafts
 # only; 1 when greedy) of up to AUTO_MAX_L tokens (the cost model's candidates, and the
 # batch they need: localspec.settings.batch_minimum)
@@ -46,34 +55,8 @@ AUTO_MAX_K = 4
 AUTO_MAX_L = 16
 SPECULATIVE = tuple(m.name for m in METHOD_TABLE.values() if m.verifier)  # K x L drafts + a verifier
 
-# who writes the drafts (`--spec-type`, llama.cpp's flag; its names are accepted too):
-# `draft` the draft model, `ngram` a lookup in the turn's own history (no model call),
-# `suffix` a frequency-counted suffix structure over the whole session (no model call),
-# `mtp` the target's own MTP head (its nextn layers; decode/mtp.py)
-PROPOSERS = {"draft": "draft", "draft-simple": "draft", "ngram": "ngram", "ngram-simple": "ngram",
-             "suffix": "suffix", "mtp": "mtp", "draft-mtp": "mtp"}
-LOOKUPS = ("ngram", "suffix")  # the proposers that call no model: point-mass drafts, one continuation
-ONE_CHAIN = (*LOOKUPS, "mtp")  # the proposers that draft one continuation (-K 1)
-
-
-def _spec_types(given: tuple[str, ...]) -> tuple[str, ...]:
-    """--spec-type's items in our names: a chain `a,b` (the first that drafts), a stack
-    `lookup+draft` (both in one trie). Raises ConfigError naming what is wrong."""
-    out = []
-    for item in given:
-        parts = [t.strip() for t in item.split("+")]
-        bad = [t for t in parts if t not in PROPOSERS]
-        if bad or not parts or not item:
-            raise ConfigError(f"--spec-type: {', '.join(bad) or 'empty'} is not a proposer (use draft, ngram, "
-                              "suffix; several in order: ngram,draft; stacked in one trie: ngram+draft)")
-        names = [PROPOSERS[t] for t in parts]
-        if len(names) > 1 and (len(names) != 2 or "draft" not in names or len(set(names) & set(LOOKUPS)) != 1):
-            raise ConfigError(f"--spec-type {item}: a stack is one lookup and the draft model "
-                              "(ngram+draft or suffix+draft)")
-        out.append("+".join(sorted(names, key=lambda n: n == "draft")))  # the lookup first
-    if not out:
-        raise ConfigError("--spec-type is empty: use draft, ngram, suffix, ngram,draft or ngram+draft")
-    return tuple(dict.fromkeys(out))
+# who writes the drafts (`--spec-type`, llama.cpp's flag; its names are accepted too): the
+# drafter registry (decode/drafters/registry.py) names them, their kinds and aliases
 
 
 # The smallest temperature that samples: below it 1/temp times a logit overflows a double
@@ -117,8 +100,8 @@ class ParseConfig:
     judge: str = "likelihood"
     cuts: int = 8
     min_seg: int = 8
-    threshold: float | None = None  # None: the judge's calibrated default (decode/judges.py)
-    gamma: float | None = None  # None: the judge's calibrated default (decode/judges.py)
+    threshold: float | None = None  # None: the judge's calibrated default (decode/parse/judges.py)
+    gamma: float | None = None  # None: the judge's calibrated default (decode/parse/judges.py)
     two_stage: bool = False
     resume: str = "iterative"
 
@@ -217,11 +200,11 @@ class GenConfig:
         if self.L < 1:
             raise ConfigError(f"-L/--draft-len must be >= 1 (got {self.L})")
         if self.spec_type is not None:
-            self.spec_type = _spec_types(self.spec_type)
+            self.spec_type = drafters.parse_spec_types(self.spec_type)
             if self.stacked and not METHOD_TABLE[self.method].lossless:
                 raise ConfigError(f"--spec-type {'+'.join(sorted(self.kinds))} stacks drafts from different "
                                   f"proposers, which only rrs verifies exactly; --method {self.method} cannot")
-            lookup = next((t for t in self.spec_type if t in ONE_CHAIN), None)
+            lookup = next((t for t in self.spec_type if drafters.one_chain(t)), None)
             if lookup and self.K > 1 and not self.auto_K:
                 raise ConfigError(f"--spec-type {lookup} drafts one continuation: use -K 1 (got -K {self.K}), "
                                   f"or stack it beside K model drafts: --spec-type {lookup}+draft")

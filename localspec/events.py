@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Literal
 
-from localspec.config import LOOKUPS
+from localspec.decode.drafters import registry
 
 # Who wrote a token the user sees.
 #   "draft":      proposed by the draft model and accepted by the verifier / judge
@@ -20,7 +20,7 @@ from localspec.config import LOOKUPS
 #   "target":     plain target decoding (AR, or PARSE regeneration)
 Provenance = Literal["draft", "correction", "bonus", "target"]
 # Which proposer wrote a draft (DraftTrie.source): the draft model ("draft"; PARSE's drafted
-# answer too) or a lookup that calls no model (config.LOOKUPS: "ngram", "suffix"). Drafted,
+# answer too) or a lookup that calls no model (the drafter registry's lookups: "ngram", "suffix"). Drafted,
 # Accepted and Rejected carry it so a frontend can say who wrote each accepted span; it
 # defaults to "draft" so code that builds these events by hand (tests, replays) keeps working.
 Source = str
@@ -144,7 +144,8 @@ class Stats:
         """(drafted, accepted) tokens of every proposer, each lookup and the draft model
         ("draft": what the lookups did not draft), zeros included: one shape for `run --json`,
         the TUI's panel and the stats line."""
-        out = {k: self.proposed.get(k, (0, 0)) for k in (*LOOKUPS, *(("mtp",) if "mtp" in self.proposed else ()))}
+        names = (*registry.lookups(), *(k for k in self.proposed if not registry.is_lookup(k)))
+        out = {k: self.proposed.get(k, (0, 0)) for k in names}
         out["draft"] = (self.drafted - self.lookup_drafted, sum(self.accepted_lengths) - self.lookup_accepted)
         return out
 

@@ -6,7 +6,7 @@ contexts, so their decodes are joined into one llama_decode per context and roun
 pool's `base` session owns the real contexts: the server renders, tokenizes and reads
 metadata through it, and the cost model is timed on it (a full context, nothing else
 running) before the slots serve; the slots share its cost model, and the suffix proposer's
-store of finished generations (decode/suffix_shared.py: a request can be drafted from an
+store of finished generations (decode/drafters/suffix_shared.py: a request can be drafted from an
 answer another slot wrote).
 
 Sizes follow llama-server's -np: --ctx and --batch are totals split evenly across the
@@ -21,8 +21,8 @@ from dataclasses import replace
 
 from localspec.backend.slots import Rounds, SlotContext
 from localspec.costmodel.inround import InRound
+from localspec.decode.drafters.suffix_shared import SharedSuffix
 from localspec.decode.state import KVState
-from localspec.decode.suffix_shared import SharedSuffix
 from localspec.errors import ConfigError
 from localspec.runtime import RuntimeSession, open_session
 from localspec.session import ProgressFn, SessionOptions

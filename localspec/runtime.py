@@ -24,12 +24,11 @@ from localspec.config import GenConfig
 from localspec.costmodel import CostModel
 from localspec.costmodel.session import SessionCosts, Ticket
 from localspec.decode.autoregressive import ar_loop
-from localspec.decode.choice import Loop, check_config, fit_memory, pick_loop
+from localspec.decode.drafters.suffix import SuffixStore
+from localspec.decode.drafters.suffix_shared import SharedSuffix, SlotSuffix
 from localspec.decode.emitter import Emitter
-from localspec.decode.mtp import mtp_config
+from localspec.decode.plan import Loop, fit_memory, pick_loop, plan_turn
 from localspec.decode.state import KVState
-from localspec.decode.suffix import SuffixStore
-from localspec.decode.suffix_shared import SharedSuffix, SlotSuffix
 from localspec.decode.turn import Turn
 from localspec.errors import ConfigError
 from localspec.events import Done, Event, Stats
@@ -310,7 +309,7 @@ class RuntimeSession:
     def _suffix_store(self, cfg: GenConfig, tokens: list[int]) -> SuffixStore | SlotSuffix | None:
         """The session's suffix store when this turn may draft by it (made once; its bound
         follows the latest turn's --spec-suffix-max-tokens); a pool's slot also reads the
-        pool's shared store (decode/suffix_shared.py)."""
+        pool's shared store (decode/drafters/suffix_shared.py)."""
         if "suffix" not in cfg.kinds:
             return None
         # a slot keeps only the conversation it serves: the shared store holds its earlier ones
@@ -320,10 +319,8 @@ class RuntimeSession:
         return self.suffix if self.shared_suffix is None else SlotSuffix(self.suffix, self.shared_suffix)
 
     def _generate(self, tokens: list[int], cfg: GenConfig, prompt_text: str | None) -> Iterator[Event]:
-        cfg = mtp_config(cfg, self.mtp)
-        check_config(cfg, self.options, self.draft is not None)
-        cfg = fit_memory(cfg, self.target, self.draft)
-        loop, method, needs_costs = pick_loop(cfg, self.draft is not None)
+        plan = plan_turn(cfg, self.options, self.target, self.draft, self.mtp)
+        cfg, loop, method, needs_costs = plan.cfg, plan.loop, plan.method, plan.needs_costs
         self._last = None
         self._stop.clear()  # before the wait: a stop while it waits ends the turn at once
         # the contexts are this generation's until it ends: wait for a timing step in flight

@@ -6,6 +6,10 @@ where a pair would be placed, RPC servers, re-quantization, PARSE's judge probe)
 behind them (backend/: ctypes and llama_cpp; decode/: the loops and the KV bookkeeping) may
 change without a frontend noticing; tests/test_imports.py holds the wall. Imports are lazy:
 `localspec --help` must not load llama.cpp.
+
+The rule for what lives here: a door a frontend needs below the Session API, one function
+each, typed with the engine type it returns (imported for type checking only, so nothing
+loads until it is called); nothing that a Session method already answers.
 """
 
 from __future__ import annotations
@@ -15,6 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from localspec.backend.rpc_server import RpcServer
+    from localspec.decode.drafters.base import DraftRequest
+    from localspec.decode.drafters.lookup import NgramIndex
+    from localspec.decode.drafters.suffix import Continuations, SuffixDrafter, SuffixStore
+    from localspec.decode.drafters.suffix_shared import SharedSuffix, SlotSuffix
+    from localspec.decode.parse.probe import Probe
     from localspec.placement.load import LoadOptions
     from localspec.placement.plan import Device, Placement
     from localspec.session import SessionOptions
@@ -83,7 +93,7 @@ def rpc_protocol() -> str:
     return f"{rpc.PROTO_MAJOR}.{rpc.PROTO_MINOR}"
 
 
-def rpc_server(host: str, port: int, devices: list[str] | None, threads: int | None, cache: str | None) -> Any:
+def rpc_server(host: str, port: int, devices: list[str] | None, threads: int | None, cache: str | None) -> RpcServer:
     """ggml's RPC server of this install (backend/rpc_server.py's RpcServer, not started)."""
     from localspec.backend import rpc_server as rs
 
@@ -112,51 +122,58 @@ def quantize(src: Path, out: Path, qtype: str, *, threads: int | None = None, pr
 
 
 # ------------------------------------------------------------------ PARSE calibration
-def parse_probe(sess: Any) -> Any:
-    """The judge probe on a loaded pair (decode/parse_probe.py): what `bench parse
+def parse_probe(sess: Any) -> Probe:
+    """The judge probe on a loaded pair (decode/parse/probe.py): what `bench parse
     calibrate` reads below the Session API, from the same pieces PARSE runs."""
-    from localspec.decode.parse_probe import Probe
+    from localspec.decode.parse.probe import Probe
 
     return Probe(sess)
 
 
 # ------------------------------------------------------------------ the suffix proposer
-def suffix_store(max_tokens: int) -> Any:
-    """An empty suffix store (decode/suffix.SuffixStore): `bench suffix` times the proposer
+def suffix_store(max_tokens: int) -> SuffixStore:
+    """An empty suffix store (decode/drafters/suffix.SuffixStore): `bench suffix` times the proposer
     on it with no model, from the same pieces a session's turns run."""
-    from localspec.decode.suffix import SuffixStore
+    from localspec.decode.drafters.suffix import SuffixStore
 
     return SuffixStore(max_tokens)
 
 
-def shared_suffix(max_tokens: int) -> Any:
-    """An empty shared store of a pool's slots (decode/suffix_shared.SharedSuffix)."""
-    from localspec.decode.suffix_shared import SharedSuffix
+def shared_suffix(max_tokens: int) -> SharedSuffix:
+    """An empty shared store of a pool's slots (decode/drafters/suffix_shared.SharedSuffix)."""
+    from localspec.decode.drafters.suffix_shared import SharedSuffix
 
     return SharedSuffix(max_tokens)
 
 
-def slot_suffix(shared: Any, max_tokens: int) -> Any:
-    """A slot's view (decode/suffix_shared.SlotSuffix): an empty store of its own plus `shared`."""
-    from localspec.decode.suffix import SuffixStore
-    from localspec.decode.suffix_shared import SlotSuffix
+def slot_suffix(shared: SharedSuffix, max_tokens: int) -> SlotSuffix:
+    """A slot's view (decode/drafters/suffix_shared.SlotSuffix): an empty store of its own plus `shared`."""
+    from localspec.decode.drafters.suffix import SuffixStore
+    from localspec.decode.drafters.suffix_shared import SlotSuffix
 
     return SlotSuffix(SuffixStore(max_tokens), shared)
 
 
-def suffix_proposer(store: Any, depth: int, min_prob: float, factor: float = 1.0) -> Any:
-    """The suffix proposer over `store` (decode/suffix.SuffixProposer)."""
-    from localspec.decode.suffix import SuffixProposer
+def suffix_proposer(store: Continuations, depth: int, min_prob: float, factor: float = 1.0) -> SuffixDrafter:
+    """The suffix proposer over `store` (decode/drafters/suffix.SuffixDrafter)."""
+    from localspec.decode.drafters.suffix import SuffixDrafter
 
-    return SuffixProposer(store, depth, min_prob, factor)
+    return SuffixDrafter(store, depth, min_prob, factor)
 
 
-def ngram_index(n_min: int, n_max: int) -> Any:
-    """An empty n-gram index (decode/lookup.NgramIndex): `bench ceiling` replays the `ngram`
+def ngram_index(n_min: int, n_max: int) -> NgramIndex:
+    """An empty n-gram index (decode/drafters/lookup.NgramIndex): `bench ceiling` replays the `ngram`
     proposer's drafts with it, the same lookups a session's turns make."""
-    from localspec.decode.lookup import NgramIndex
+    from localspec.decode.drafters.lookup import NgramIndex
 
     return NgramIndex(n_min, n_max)
+
+
+def draft_request(committed: list[int], K: int, L: int) -> DraftRequest:
+    """What a drafter is asked for (decode/drafters/base.DraftRequest)."""
+    from localspec.decode.drafters.base import DraftRequest
+
+    return DraftRequest(committed, K, L)
 
 
 def draft_agreement(path: Path, texts: list[tuple[list[int], list[int]]], threads: int,

@@ -1,4 +1,4 @@
-"""auto's stacks (decode/auto_stack.py): the lookup's draft beside the draft model's in one
+"""auto's stacks (decode/policy/stack.py): the lookup's draft beside the draft model's in one
 trie, chosen per iteration from a gain the draft-model iterations teach for free.
 
 The arithmetic is checked directly (what a draft-model iteration implies a stack would
@@ -128,21 +128,27 @@ def test_auto_with_a_chain_asked_for_drafts_one_proposer_per_iteration(smollm2_p
 
 def test_no_stack_where_either_model_keeps_a_recurrent_state():
     """A stack is two drafts: auto never considers one with a hybrid or recurrent target or
-    draft (the rule --spec-type X+draft meets in decode/choice.fit_memory), nor without a
+    draft (the rule --spec-type X+draft meets in decode/plan.fit_memory), nor without a
     draft model, nor with the MTP head."""
     from types import SimpleNamespace as NS
 
     from localspec.backend.memory import Memory
-    from localspec.decode.auto_stack import AutoStack
-    from localspec.decode.proposer import Proposer
+    from localspec.decode.drafters.model import ModelDrafter
+    from localspec.decode.drafters.mtp import MtpDrafter
+    from localspec.decode.policy.stack import AutoStack
+    from localspec.decode.state import KVState
 
-    def turn(target: Memory, draft: Memory | None):
-        return NS(target=NS(memory=target), draft=None if draft is None else NS(memory=draft))
+    def turn(target: Memory, draft: Memory | None):  # the memories answer what they allow
+        def state(m: Memory) -> KVState:
+            return KVState(NS(memory=m, n_seq_max=4))  # type: ignore[arg-type]
 
-    model = Proposer(None, SamplingConfig(temp=0.0), None)  # type: ignore[arg-type]
+        return NS(target=state(target), draft=None if draft is None else state(draft))
+
+    model = ModelDrafter(NS(), SamplingConfig(temp=0.0), None)  # type: ignore[arg-type]
+    head = MtpDrafter(None, None, SamplingConfig(temp=0.0), None)  # type: ignore[arg-type]
     A, S, H, R = Memory.ATTENTION, Memory.SLIDING_WINDOW, Memory.HYBRID, Memory.RECURRENT
     assert AutoStack.possible(turn(A, A), model) and AutoStack.possible(turn(S, A), model)
     for t, d in ((H, A), (A, H), (A, R), (R, R)):
         assert not AutoStack.possible(turn(t, d), model), (t, d)
     assert not AutoStack.possible(turn(A, None), model)
-    assert not AutoStack.possible(turn(A, A), object())  # the MTP head is not a Proposer
+    assert not AutoStack.possible(turn(A, A), head)  # the MTP head keeps no draft KV

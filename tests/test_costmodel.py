@@ -99,7 +99,7 @@ def test_auto_shortens_drafts_only_where_that_stays_exact() -> None:
     from types import SimpleNamespace
 
     from localspec.config import SamplingConfig
-    from localspec.decode.auto import _decide
+    from localspec.decode.policy.auto import _decide
     from localspec.events import Stats
 
     cm = CostModel(linear(0.070, 0.002), linear(0.005, 0.001), acceptance=Acceptance(prior=0.9))

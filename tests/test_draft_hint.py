@@ -1,4 +1,4 @@
-"""The draft model drafting with a lookup's hint (decode/proposer.propose's `hint`): the
+"""The draft model drafting with a lookup's hint (decode/drafters/model.propose's `hint`): the
 lookup's continuation evaluated in the draft's first decode, used where the draft's own
 tokens equal it. The draft is the same either way; only its decodes are fewer.
 
@@ -19,7 +19,7 @@ from localspec.backend import Context
 from localspec.config import GenConfig, SamplingConfig
 from localspec.costmodel import CostCurve
 from localspec.costmodel.lookup import LookupGate, hint_length
-from localspec.decode.proposer import propose
+from localspec.decode.drafters.model import propose
 from localspec.decode.state import KVState
 from tests.support.helpers import model
 from tests.test_lookup import EDIT, greedy
@@ -49,7 +49,7 @@ def _path(request, which: str):
 
 @pytest.mark.parametrize("which", ["smollm2", "gemma3"])
 def test_a_hint_saves_the_decodes_of_the_depths_the_draft_agrees_with(request, which):
-    from localspec.decode.proposer import commit_draft
+    from localspec.decode.drafters.model import commit_draft
 
     path = _path(request, which)
     own, plain = _draft(_state(path), [])

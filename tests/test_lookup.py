@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from localspec.config import GenConfig, SamplingConfig
-from localspec.decode.lookup import ChainProposer, LookupProposer, NgramIndex
+from localspec.decode.drafters.base import DrafterBase, DraftRequest
+from localspec.decode.drafters.combine import ChainDrafter
+from localspec.decode.drafters.lookup import NgramDrafter, NgramIndex
 from localspec.errors import ConfigError
 
 CODE = ("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
@@ -54,9 +56,9 @@ def test_extending_equals_indexing_at_once():
 
 
 def test_a_lookup_draft_is_a_point_mass_chain():
-    p = LookupProposer(2, 3)
-    assert p.propose([5, 6, 7], 1, 4) is None  # nothing repeats yet
-    trie = p.propose([5, 6, 7, 8, 5, 6], 1, 4)
+    p = NgramDrafter(2, 3)
+    assert p.propose(DraftRequest([5, 6, 7], 1, 4)) is None  # nothing repeats yet
+    trie = p.propose(DraftRequest([5, 6, 7, 8, 5, 6], 1, 4))
     assert trie is not None and p.matched == 2
     assert [n.token for n in trie.nodes] == [7, 8, 5, 6] and trie.path == [[0, 1, 2, 3]]
     assert all(r.ids.tolist() == [t] and r.probs.tolist() == [1.0] for r, t in zip(trie.q[0], [7, 8, 5, 6], strict=True))
@@ -64,20 +66,20 @@ def test_a_lookup_draft_is_a_point_mass_chain():
 
 
 def test_a_chain_drafts_with_the_first_that_has_a_draft():
-    class Fixed:
-        draft = None
+    class Fixed(DrafterBase):
+        name, kind = "fixed", "model"
 
         def __init__(self):
             self.proposed = 0
 
-        def propose(self, committed, K, L, *a):
+        def propose(self, req):
             self.proposed += 1
             return "from-draft"
 
     fixed = Fixed()
-    chain = ChainProposer([LookupProposer(2, 3), fixed])
-    assert chain.propose([1, 2, 3], 1, 4) == "from-draft" and chain.last is fixed
-    assert chain.propose([1, 2, 3, 1, 2], 1, 4) is not None and isinstance(chain.last, LookupProposer)
+    chain = ChainDrafter([NgramDrafter(2, 3), fixed])
+    assert chain.propose(DraftRequest([1, 2, 3], 1, 4)) == "from-draft" and chain.last is fixed
+    assert chain.propose(DraftRequest([1, 2, 3, 1, 2], 1, 4)) is not None and isinstance(chain.last, NgramDrafter)
     assert fixed.proposed == 1  # the draft model was not asked while the lookup had one
 
 

@@ -168,17 +168,17 @@ def test_recurrent_draft_state_is_right_not_only_the_text(tiny, arch, monkeypatc
     """A draft whose state is left wrong after a rollback still gives the target's text (the
     target decides) but drafts worse. Its acceptance per iteration must equal that of a draft
     re-evaluated from scratch before every proposal."""
-    from localspec.decode.proposer import Proposer
+    from localspec.decode.drafters.model import ModelDrafter
 
     sess = session(tiny[arch], tiny[arch + "-draft"])
     _, kept = run(sess, greedy("sd", 1))
-    real = Proposer.propose
+    real = ModelDrafter.propose
 
-    def from_scratch(self, committed, *a, **kw):
+    def from_scratch(self, req):
         self.draft.reset()  # forget the draft's state: everything is evaluated again
-        return real(self, committed, *a, **kw)
+        return real(self, req)
 
-    monkeypatch.setattr(Proposer, "propose", from_scratch)
+    monkeypatch.setattr(ModelDrafter, "propose", from_scratch)
     _, fresh = run(sess, greedy("sd", 1))
     assert kept.accepted_lengths == fresh.accepted_lengths
     assert any(0 < t < 5 for t in kept.accepted_lengths)

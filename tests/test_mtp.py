@@ -1,6 +1,6 @@
-"""The target's MTP head as a proposer (`--spec-type mtp`): backend/mtp.py, decode/mtp.py.
+"""The target's MTP head as a proposer (`--spec-type mtp`): backend/mtp.py, decode/drafters/mtp.py.
 
-Two tiny random qwen35 targets with one nextn layer (tests/support/tiny_arch.py, the
+Two tiny random qwen35 targets with one nextn layer (tests/support/tiny_gguf, the
 259-token byte vocabulary: the files take a second to write and the 151,936-token Qwen
 head would make every decode ~100x dearer):
 `qwen35-mtp`, a random head whose guesses the target almost never takes (every draft is
@@ -276,22 +276,23 @@ def test_the_proposer_samples_from_its_q_rows_and_leaves_only_history(tiny):
     """Each drafted token is drawn from the q row the verifier gets (a normalized
     transformed row); a stop rule ends a draft early; after a proposal the head holds the
     committed tokens alone (the chain's entries are gone)."""
-    from localspec.decode.mtp import MtpProposer
+    from localspec.decode.drafters.base import DraftRequest
+    from localspec.decode.drafters.mtp import MtpDrafter
     from tests.support.helpers import FixedCutoff
 
     sess = head_session(tiny["qwen35-mtp-echo"])
     toks = sess.tokenize(PROMPT)
     sess.target.sync(toks)
-    prop = MtpProposer(sess.mtp, sess.target, SamplingConfig(temp=1.0, top_k=20), np.random.default_rng(0))
-    full = prop.propose(sess.target.committed, 1, 4)
+    prop = MtpDrafter(sess.mtp, sess.target, SamplingConfig(temp=1.0, top_k=20), np.random.default_rng(0))
+    full = prop.propose(DraftRequest(sess.target.committed, 1, 4))
     assert full is not None and full.source == "mtp" and full.L == 4 and full.draft_calls == 4
     for node, row in zip(full.nodes, full.q[0], strict=True):
         assert abs(row.probs.sum() - 1) < 1e-9 and row.prob_of(node.token) > 0 and row.ids.size > 1
     assert sess.mtp.tokens == toks and sess.mtp.n_decodes >= 4
-    short = prop.propose(sess.target.committed, 1, 4, FixedCutoff(1.01))  # no row is that sure
+    short = prop.propose(DraftRequest(sess.target.committed, 1, 4, FixedCutoff(1.01)))  # no row is that sure
     assert short is not None and short.L == 1 and sess.mtp.tokens == toks
     with pytest.raises(ConfigError, match="-K 1"):
-        prop.propose(sess.target.committed, 2, 4)
+        prop.propose(DraftRequest(sess.target.committed, 2, 4))
     sess.close()
 
 
@@ -303,7 +304,7 @@ def test_auto_drafts_with_the_head_when_no_draft_model_is_given(tiny, tmp_path, 
     step is then priced by its live time. Greedy text is AR's either way; with a draft model
     given, or on a target without a head, nothing extra is loaded."""
     from localspec.costmodel.curves import CostCurve
-    from localspec.decode import mtp as mtp_mod
+    from localspec.decode.drafters import mtp as mtp_mod
     from localspec.runtime import open_session
 
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))  # the tiny model's curves, timed here

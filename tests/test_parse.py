@@ -12,9 +12,9 @@ import pytest
 from localspec.backend import Context
 from localspec.backend.chat import ChatTemplate
 from localspec.config import GenConfig, ParseConfig
-from localspec.decode.judges import make_judge
-from localspec.decode.parse import ParseStats, judge_round
-from localspec.decode.parse_pass import answer_features, judge_pass
+from localspec.decode.parse.judges import make_judge
+from localspec.decode.parse.loop import ParseStats, judge_round
+from localspec.decode.parse.one_pass import answer_features, judge_pass
 from localspec.decode.state import MAIN, KVState
 from localspec.events import Accepted, Cut, Done, Drafted, Judged, Rejected, Written
 from tests.support.helpers import model, session
@@ -225,7 +225,7 @@ def test_resume_spec_without_L_finishes_as_auto(smollm2_path: Path, smollm2_q4_0
     assert done.stats.target_calls >= rounds[0]["target_tokens"]  # AR: a call per token
     # the session keeps its cost model; a later turn WITH -L must still run fixed blocks
     # (the finish follows the config, not whatever an earlier turn left on the session)
-    from localspec.decode import auto
+    from localspec.decode.policy import auto
 
     def no_auto(turn):
         raise AssertionError("-L was given: the finish must not run auto")

@@ -10,8 +10,8 @@ import pytest
 from localspec.bench import humaneval as he
 from localspec.bench.parse.scores import auroc
 from localspec.bench.parse.summary import judge_auroc_table, plot_tradeoff, summary_rows
-from localspec.decode.judges import VerdictTokens, prefix_evidence, segment_stat
-from localspec.decode.segment import (
+from localspec.decode.parse.judges import VerdictTokens, prefix_evidence, segment_stat
+from localspec.decode.parse.segment import (
     BLANK_LINE,
     LINE_END,
     SENTENCE_END,

@@ -174,7 +174,8 @@ def test_commit_keeps_only_the_accepted_drafts_evaluated_prefix() -> None:
     must copy one cell, not two, and leave its last token pending for the next decode."""
     from types import SimpleNamespace
 
-    from localspec.decode.proposer import DraftTrie, Node, commit_draft
+    from localspec.decode.drafters.model import commit_draft
+    from localspec.decode.drafters.trie import DraftTrie, Node
     from localspec.decode.state import KVState
 
     calls: list[tuple] = []
@@ -255,7 +256,7 @@ def test_greedy_draft_stops_at_low_confidence(smollm2_q4_0_path):
     """
     import math
 
-    from localspec.decode.proposer import _Confidence, propose
+    from localspec.decode.drafters.model import _Confidence, propose
     from localspec.decode.state import KVState
     from localspec.sampling import transform_row
     from tests.support.helpers import FixedCutoff
@@ -286,7 +287,7 @@ def test_draft_stop_weighs_the_whole_path_not_the_last_token(smollm2_q4_0_path):
     """The dynamic length multiplies acceptance chances along the draft: a run of tokens that
     are each fairly likely stops once their product is too small to pay, even though every
     single one would pass a per-token cut-off at the same level."""
-    from localspec.decode.proposer import propose
+    from localspec.decode.drafters.model import propose
     from localspec.decode.state import KVState
 
     class ProductStop:

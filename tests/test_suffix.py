@@ -21,8 +21,10 @@ import numpy as np
 import pytest
 
 from localspec.config import GenConfig, SamplingConfig
-from localspec.decode.lookup import ChainProposer, LookupProposer
-from localspec.decode.suffix import OVERLAP, SuffixProposer, SuffixStore
+from localspec.decode.drafters.base import DraftRequest
+from localspec.decode.drafters.combine import ChainDrafter
+from localspec.decode.drafters.lookup import NgramDrafter
+from localspec.decode.drafters.suffix import OVERLAP, SuffixDrafter, SuffixStore
 from localspec.errors import ConfigError
 from localspec.events import Stats
 from tests.test_lookup import EDIT, greedy, sources_agree_with_stats
@@ -142,25 +144,25 @@ def test_the_memory_bound_evicts_the_oldest_documents():
 def test_a_suffix_draft_is_a_point_mass_chain_with_its_confidences():
     store = SuffixStore()
     store.insert([1, 2, 3, 4, 5, 6])
-    p = SuffixProposer(store, min_prob=0.1, factor=2)
-    assert p.propose([8, 9], 1, 4) is None and p.matched == 0  # nothing matches
-    trie = p.propose([8, 9, 2, 3], 1, 4)  # the turn went on
+    p = SuffixDrafter(store, min_prob=0.1, factor=2)
+    assert p.propose(DraftRequest([8, 9], 1, 4)) is None and p.matched == 0  # nothing matches
+    trie = p.propose(DraftRequest([8, 9, 2, 3], 1, 4))  # the turn went on
     assert trie is not None and trie.source == "suffix" and trie.draft_calls == 0 and p.matched == 2
     assert [n.token for n in trie.nodes] == [4, 5, 6] and trie.path == [[0, 1, 2]]  # then the document ended
     assert all(r.ids.tolist() == [t] and r.probs.tolist() == [1.0] for r, t in zip(trie.q[0], [4, 5, 6], strict=True))
     assert trie.conf == [[1.0, 1.0, 1.0]]
-    assert [n.token for n in p.propose([8, 9, 2, 3], 1, 2).nodes] == [4, 5]  # auto's second ask: cut to its L
+    assert [n.token for n in p.propose(DraftRequest([8, 9, 2, 3], 1, 2)).nodes] == [4, 5]  # auto's second ask: cut to its L
     assert store.n_docs == 2 and store.open.history == [8, 9, 2, 3]  # the turn's history, one document
 
 
 def test_chains_put_the_suffix_anywhere():
     store = SuffixStore()
     store.insert([1, 2, 3, 4, 5])
-    chain = ChainProposer([LookupProposer(2, 3), SuffixProposer(store)])
-    trie = chain.propose([0, 2, 3], 1, 4)  # no n-gram repeats in the history; the store has it
+    chain = ChainDrafter([NgramDrafter(2, 3), SuffixDrafter(store)])
+    trie = chain.propose(DraftRequest([0, 2, 3], 1, 4))  # no n-gram repeats in the history; the store has it
     assert trie.source == "suffix" and chain.matched == 2
-    trie = chain.propose([0, 2, 3, 9, 0, 2], 1, 4)  # the history repeats itself: the lookup drafts
-    assert trie.source == "ngram" and isinstance(chain.last, LookupProposer)
+    trie = chain.propose(DraftRequest([0, 2, 3, 9, 0, 2], 1, 4))  # the history repeats itself: the lookup drafts
+    assert trie.source == "ngram" and isinstance(chain.last, NgramDrafter)
 
 
 def test_the_config_knows_the_suffix_proposer():

@@ -1,4 +1,4 @@
-"""The suffix store a pool's slots share (decode/suffix_shared.py): `serve -np N` drafts a
+"""The suffix store a pool's slots share (decode/drafters/suffix_shared.py): `serve -np N` drafts a
 request from an answer another slot wrote.
 
 Without a model: a slot finds what another slot published, the better-scored store wins,
@@ -13,8 +13,8 @@ import threading
 
 import pytest
 
-from localspec.decode.suffix import OVERLAP, SuffixStore
-from localspec.decode.suffix_shared import SharedSuffix, SlotSuffix
+from localspec.decode.drafters.suffix import OVERLAP, SuffixStore
+from localspec.decode.drafters.suffix_shared import SharedSuffix, SlotSuffix
 from tests.test_lookup import greedy
 from tests.test_suffix import COUNT, LATER
 

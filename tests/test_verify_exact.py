@@ -51,7 +51,7 @@ def _cases() -> list[Case]:
     out += [Case("zeros", 3, 2, K, 6) for K in (1, 2)]
     out += [Case("zeros", 3, 1, 3, 7), Case("zeros", 3, 3, 1, 7)]
     out += [Case("disjoint", 3, 2, K, 8) for K in (1, 2)]
-    # a prompt lookup's draft (decode/lookup.py): a point mass that depends on the context,
+    # a prompt lookup's draft (decode/drafters/lookup.py): a point mass that depends on the context,
     # K identical copies of it when several drafts are asked for
     out += [Case("pointmass", V, L, K, 9 + V) for V in (2, 3) for L in (1, 2, 3) for K in (1, 2, 3)]
     return out
@@ -322,7 +322,7 @@ def test_per_draft_lengths_padded_with_an_impossible_token_stay_exact(name: str)
 
 
 # -- stacked proposers: drafts from DIFFERENT distributions in one trie ---------------------
-# (decode/stack.py: a lookup's point mass beside the draft model's samples). Only rrs reads
+# (decode/drafters/combine.py: a lookup's point mass beside the draft model's samples). Only rrs reads
 # each draft's own q; spectr/mdbv assume i.i.d. drafts and are shown NOT to be exact here.
 MIXES = [
     # (V, L, [kinds of the K drafts], lengths)

@@ -7,7 +7,7 @@ far), and the target's batch curve (llama-bench's pp at each size, the same kern
 replay drafts with a perfect gate -- every drafted token is right, a lookup runs only where it
 is -- so its speedup over AR is an upper bound for any gate on that proposer:
 
-- `latest`: the `ngram` proposer's draft (decode/lookup.NgramIndex, through tools.ngram_index: the latest earlier
+- `latest`: the `ngram` proposer's draft (decode/drafters/lookup.NgramIndex, through tools.ngram_index: the latest earlier
   occurrence of the longest matched tail), cut to its right prefix;
 - `any`: every earlier occurrence of the tail at once, the longest right one kept (a
   zero-cost tree of all candidates: a bound for suffix trees and SuffixDecoding's tree mode).

@@ -31,6 +31,7 @@ from importlib import resources
 import numpy as np
 
 from localspec import tools
+from localspec.verify import Decision
 
 WORD = re.compile(r"\w+|[^\w\s]|\s+")
 
@@ -60,7 +61,7 @@ def run_turn(store, prompt: list[int], answer: list[int], L: int, depth: int,
     wall, cpu, drafted, accepted = [], [], 0, 0
     while i < len(answer):
         t0, c0 = time.perf_counter(), time.thread_time()
-        trie = prop.propose(history, 1, L)
+        trie = prop.propose(tools.draft_request(history, 1, L))
         cpu.append(time.thread_time() - c0)
         wall.append(time.perf_counter() - t0)
         draft = [n.token for n in trie.nodes] if trie is not None else []
@@ -73,7 +74,7 @@ def run_turn(store, prompt: list[int], answer: list[int], L: int, depth: int,
         history += step
         i += len(step)
         if trie is not None:
-            prop.accept(trie, 0, tau, step[-1])
+            prop.accept(trie, Decision(0, tau, step[-1]))
     return wall, cpu, drafted, accepted
 
 

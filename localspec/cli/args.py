@@ -8,7 +8,7 @@ from localspec.cli.input import arg_text
 from localspec.cli.offload import add_offload_args, load_options
 from localspec.cli.reasoning import add_reasoning_args
 from localspec.cli.rpc import add_rpc_arg
-from localspec.config import METHODS, PROPOSERS, GenConfig, ParseConfig, SamplingConfig
+from localspec.config import METHODS, GenConfig, ParseConfig, SamplingConfig, drafter_name
 from localspec.sampling_defaults import LLAMA_CPP_DEFAULTS
 from localspec.session import SessionOptions
 from localspec.settings import Asked, typed_of
@@ -157,6 +157,6 @@ def mtp_option(a: argparse.Namespace) -> bool | None:
     """--spec-type naming mtp: True; auto with nothing else named: None (the runtime loads
     the head when the target has one and no draft is given); otherwise False."""
     types = getattr(a, "spec_type", None) or ()
-    if any(PROPOSERS.get(t) == "mtp" for t in types):
+    if any(drafter_name(t) == "mtp" for t in types):
         return True
     return None if getattr(a, "method", "auto") == "auto" and not types else False

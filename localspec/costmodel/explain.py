@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from localspec.config import LOOKUPS, GenConfig
+from localspec.config import GenConfig
 from localspec.costmodel.acceptance import N_BINS, Acceptance
 from localspec.costmodel.curves import CostCurve
 from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate
 from localspec.costmodel.predict import CostModel, dynamic_length, length_cap, per_draft_length
+from localspec.decode.drafters import registry
 
 
 def explain(cm: CostModel | None, cfg: GenConfig, costs: CostModel | None = None) -> str:
@@ -49,7 +50,7 @@ def lookup_lines(costs: CostModel | None, cfg: GenConfig) -> list[str]:
     length (the estimate, what it bets, the counts behind them) and the draft length that
     pays most with its predicted speedup over AR on the target's curve; with no evidence
     yet, the prior it starts from. Other methods do not gate lookups: said in one line."""
-    kinds = [k for k in cfg.parts if k in LOOKUPS]
+    kinds = [k for k in cfg.parts if registry.is_lookup(k)]
     if not kinds:
         return []
     names = ", ".join(kinds)
@@ -84,7 +85,7 @@ def lookup_lines(costs: CostModel | None, cfg: GenConfig) -> list[str]:
 
 def _stack_line(gate: LookupGate | None, kind: str) -> list[str]:
     """What auto learned a stack of this lookup adds beside the draft model, per match
-    length (decode/auto_stack.py); nothing before a draft-model iteration taught it."""
+    length (decode/policy/stack.py); nothing before a draft-model iteration taught it."""
     gains = sorted(n[1] for n in (gate.gain if gate else {}) if n[0] == kind)
     if not gains:
         return []

@@ -1,6 +1,6 @@
 """When a lookup draft pays: the target's measured batch curve x the lookups' own acceptance.
 
-A lookup draft (decode/lookup.py) costs no model call, but verifying L looked-up tokens
+A lookup draft (decode/drafters/lookup.py) costs no model call, but verifying L looked-up tokens
 costs a target decode of 1 + L tokens instead of 1. With a chance alpha that each next
 token is accepted, one verification emits E = 1 + alpha + ... + alpha^L tokens, so L tokens
 pay when E / (target(1 + L) + overhead) beats 1 / target(1) by MARGIN. alpha is learned per
@@ -23,16 +23,16 @@ PRIOR_ACCEPTED, PRIOR_TRIALS = 1.0, 2.0  # alpha 0.5 before any evidence
 # lookup and so never learn that long matches are right 90 % of the time
 EXPLORE = 0.4
 # the longest lookup draft auto asks for (the gate picks the length that pays most); here,
-# not in decode/auto.py, so --explain prices what auto would draft with the same bound
+# not in decode/policy/auto.py, so --explain prices what auto would draft with the same bound
 LOOKUP_MAX_L = 16
 # a stack's gain starts at 0 tokens with this weight: auto stacks only once draft-model
-# iterations showed the lookup running past the draft (they teach it for free: decode/auto_stack.py)
+# iterations showed the lookup running past the draft (they teach it for free: decode/policy/stack.py)
 GAIN_PRIOR_TRIALS = 2.0
 
 
 @dataclass
 class LookupGate:
-    """Per key -- (proposer, matched length) in decode/auto.py --: accepted / reached draft
+    """Per key -- (proposer, matched length) in decode/policy/auto.py --: accepted / reached draft
     positions (Beta counts)."""
 
     accepted: dict[Hashable, float] = field(default_factory=dict)
@@ -106,7 +106,7 @@ def counterfactual_gain(lookup: list[int], emitted: list[int], alpha: float) -> 
 
 def hint_length(alpha: float, draft: CostCurve, longest: int, pending: int = 1) -> int:
     """How many of a lookup's tokens the draft model should evaluate in its first decode
-    (decode/proposer.propose's hint), 0 for none: the length whose expected saved draft
+    (decode/drafters/model.propose's hint), 0 for none: the length whose expected saved draft
     decodes (depth i's decode is saved when the draft's first i tokens are the lookup's,
     about alpha^i: the draft agrees with the target where the lookup does) outweigh the
     rows it adds to that decode, on the draft's measured curve."""

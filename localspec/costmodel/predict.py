@@ -65,7 +65,7 @@ class CostModel:
     overhead: float = 0.0015  # seconds of Python work per iteration (updated from runs)
     acceptance: Acceptance = field(default_factory=Acceptance)
     acceptance_path: Path | None = None
-    ar_checks: int = 0  # plain steps auto took to see the AR cost live (bounded: decode/auto.py)
+    ar_checks: int = 0  # plain steps auto took to see the AR cost live (bounded: decode/policy/auto.py)
     # recurrent memories (KVState.lane): drafts longer than this cannot be rolled back on the
     # target, so a partly accepted one costs a catch-up decode (None: attention, no limit)
     target_rollback: int | None = None

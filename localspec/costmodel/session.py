@@ -31,11 +31,12 @@ from dataclasses import dataclass, replace
 
 from localspec import costmodel
 from localspec.backend import Context
-from localspec.config import LOOKUPS, GenConfig
+from localspec.config import GenConfig
 from localspec.costmodel import curves
 from localspec.costmodel.curves import BATCH_SIZES, QUICK_SIZES, CostCurve
 from localspec.costmodel.gate import DecodeGate, Ticket
 from localspec.costmodel.predict import CostModel
+from localspec.decode.drafters import registry
 from localspec.errors import LocalspecError
 from localspec.events import Progress
 from localspec.stopflag import StopFlag
@@ -69,7 +70,7 @@ class TurnCosts:
         a model."""
         if self.costs is None or self.draft:
             return self.costs, cfg
-        lookups = tuple(k for k in cfg.parts if k in LOOKUPS)  # "ngram+draft" names ngram too
+        lookups = tuple(k for k in cfg.parts if registry.is_lookup(k))  # "ngram+draft" names ngram too
         if method == "auto" and lookups:
             return self.costs, replace(cfg, spec_type=lookups)
         return None, cfg

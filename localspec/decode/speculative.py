@@ -1,6 +1,6 @@
 """The speculative loop: draft K x L -> ONE target decode over the draft trie -> verify -> commit.
 
-Reads top to bottom as one iteration: propose (the Proposer, on the draft context), score
+Reads top to bottom as one iteration: propose (a drafter: decode/drafters), score
 (one llama_decode: the pending token plus every trie node once, with the seq ids of all
 drafts through it), verify (decode/blocks.py: a pure verifier from localspec.verify on rows
 compacted to the union of their supports), commit (KVState.commit: the accepted draft's KV
@@ -12,21 +12,26 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from localspec.decode.autoregressive import target_step
+from localspec.decode.autoregressive import ar_step, target_step
 from localspec.decode.blocks import PAD, one_hot, verify_rows
-from localspec.decode.lookup import ChainProposer, LookupProposer
-from localspec.decode.mtp import MtpProposer
-from localspec.decode.proposer import DraftStop, DraftTrie, Proposer
-from localspec.decode.stack import STACK, StackProposer
+from localspec.decode.drafters import registry
+from localspec.decode.drafters.base import Drafter, DraftRequest
+from localspec.decode.drafters.combine import ChainDrafter, StackDrafter
+from localspec.decode.drafters.trie import DraftStop, DraftTrie
 from localspec.decode.state import MAIN, KVState
-from localspec.decode.suffix import SuffixProposer
 from localspec.decode.turn import Turn
-from localspec.events import Accepted, Drafted, Event, Rejected, Written
+from localspec.events import Accepted, Drafted, Event, Rejected, Stats, Written
 from localspec.sampling import SparseRow, greedy_rows, transform_row
 from localspec.verify import Decision, NumpyRNG
+
+if TYPE_CHECKING:
+    from localspec.costmodel import CostModel
+
+DRAFT_MODEL = "draft"  # the drafter whose counts are the totals (stats.record), not per-drafter
 
 
 def score(tgt: KVState, trie: DraftTrie) -> tuple[list[int], int | None]:
@@ -93,22 +98,21 @@ class IterationResult:
     overhead_seconds: float = 0.0
 
 
-def spec_iteration(turn: Turn, st: SpecSettings, proposer: Proposer, rng: NumpyRNG) -> IterationResult | None:
+def spec_iteration(turn: Turn, st: SpecSettings, drafter: Drafter, rng: NumpyRNG) -> IterationResult | None:
     """One iteration: draft, score (one decode), verify, commit. None when the context is full.
 
-    A proposer with nothing to draft (a lookup without a match) returns None: the target
+    A drafter with nothing to draft (a lookup without a match) returns None: the target
     then writes the token itself (one plain step, as AR)."""
     stats, emitter = turn.stats, turn.emitter
-    tgt, dft = turn.target, proposer.draft
+    tgt, dft = turn.target, drafter.draft
     L = min(st.L, emitter.remaining + 1)
     room = tgt.ctx.n_ctx - max(tgt.n_past + len(tgt.pending), dft.n_past + len(dft.pending) if dft else 0)
-    stacked = isinstance(proposer, StackProposer)
-    L = min(L, (room - 1) // (max(st.K, 1) + stacked))  # a stack adds the lookup's draft
+    L = min(L, (room - 1) // (max(st.K, 1) + drafter.extra_drafts))
     if L < 1:
         return None
     t0 = time.perf_counter()
     greedy_first = st.K > 1 and turn.cfg.sampling.greedy
-    trie = proposer.propose(tgt.committed, st.K, L, st.stop, greedy_first, st.per_draft)
+    trie = drafter.propose(DraftRequest(tgt.committed, st.K, L, st.stop, greedy_first, st.per_draft))
     t1 = time.perf_counter()
     if trie is None:
         written = target_step(turn)
@@ -120,32 +124,38 @@ def spec_iteration(turn: Turn, st: SpecSettings, proposer: Proposer, rng: NumpyR
     rows, lane = score(tgt, trie)
     t2 = time.perf_counter()
     x = trie.tokens()
-    # drafts from different proposers: only rrs reads each draft's own q (decode/stack.py)
-    d = verify_block(turn, trie, x, rows, "rrs" if trie.source == STACK else st.method, rng)
+    d = verify_block(turn, trie, x, rows, trie.verifier or st.method, rng)  # a stack names rrs
     own = trie.length(d.k)
     acc = [int(t) for t in x[d.k, : d.tau]]
     tgt.commit(acc, d.token, seq=d.k + 1 if lane is None else lane)
-    proposer.accept(trie, d.k, d.tau, d.token)
+    drafter.accept(trie, d)
     stats.iterations += 1
     stats.target_calls += 1
     stats.draft_calls += trie.draft_calls
     stats.record(d.tau, own)
-    source = trie.source
-    if trie.source == STACK:  # the lookup's draft 0 beside the model's: count the lookup's
-        lookup = proposer.lookup_source
-        source = lookup if d.k == 0 else "draft"  # who wrote the draft the verifier kept
-        stats.record_proposed(lookup, trie.length(0), d.tau if d.k == 0 else 0)
-        if d.k != 0:  # the lookup's tokens were verified too: in `drafted` beside the model's
-            stats.drafted += trie.length(0)
-        stats.stacked += 1
-    elif trie.source != "draft":
-        stats.record_proposed(trie.source, own, d.tau)
-    events = _events(turn, x, d, acc, own, source)
+    _count(stats, trie, d, own)
+    events = _events(turn, x, d, acc, own, trie.source_of(d.k))
     t3 = time.perf_counter()
     stats.draft_seconds += t1 - t0
     stats.verify_seconds += t2 - t1
     stats.overhead_seconds += t3 - t2
     return IterationResult(events, d, own, trie.conf[d.k], t1 - t0, t2 - t1, t3 - t2)
+
+
+def _count(stats: Stats, trie: DraftTrie, d: Decision, own: int) -> None:
+    """Per-drafter counts besides the draft model's (stats.record keeps the totals): what
+    each drafter other than the draft model drafted and had accepted; in a stack, the other
+    drafters' drafts were verified too (in `drafted` beside the kept one's)."""
+    if trie.sources is None:
+        if trie.source != DRAFT_MODEL:
+            stats.record_proposed(trie.source, own, d.tau)
+        return
+    for k, src in enumerate(trie.sources):
+        if src != DRAFT_MODEL and (k == d.k or trie.sources.index(src) == k):
+            stats.record_proposed(src, trie.length(k), d.tau if k == d.k else 0)
+            if k != d.k:
+                stats.drafted += trie.length(k)
+    stats.stacked += 1
 
 
 def _events(turn: Turn, x: np.ndarray, d: Decision, acc: list[int], own: int, source: str) -> list[Event]:
@@ -165,28 +175,73 @@ def _events(turn: Turn, x: np.ndarray, d: Decision, acc: list[int], own: int, so
     return events
 
 
-def make_proposer(
-    turn: Turn, kinds: tuple[str, ...] | None = None
-) -> Proposer | LookupProposer | MtpProposer | ChainProposer:
-    """The proposers --spec-type names (or `kinds`), in its order (default: the draft model)."""
-    cfg = turn.cfg
-    parts: list = []
-    for kind in cfg.proposers if kinds is None else kinds:
-        if "+" in kind:  # a stack: the lookup and the draft model in one trie
-            lookup, model = make_proposer(turn, (kind.split("+")[0],)), make_proposer(turn, ("draft",))
-            parts.append(StackProposer(lookup, model, kind.split("+")[0]))
-        elif kind == "ngram":
-            parts.append(LookupProposer(cfg.ngram_min, cfg.ngram_max))
-        elif kind == "suffix":
-            assert turn.suffix is not None, "the runtime gives a suffix turn the session's store"
-            parts.append(SuffixProposer(turn.suffix, cfg.suffix_depth, cfg.suffix_min_prob, cfg.suffix_factor))
-        elif kind == "mtp":
-            assert turn.mtp is not None, "the runtime refuses mtp without a head (decode/mtp.mtp_config)"
-            parts.append(MtpProposer(turn.mtp, turn.target, cfg.draft_sampling(), turn.rng))
-        elif turn.draft is not None:
-            parts.append(Proposer(turn.draft, cfg.draft_sampling(), turn.rng))
-    assert parts, "a speculative method with no proposer (the runtime checks for a draft)"
-    return parts[0] if len(parts) == 1 else ChainProposer(parts)
+def make_drafter(turn: Turn, kinds: tuple[str, ...] | None = None, auto: CostModel | None = None) -> Drafter:
+    """The drafters --spec-type names (or `kinds`), in its order, from the registry: one,
+    a chain (`a,b`) or a stack (`lookup+model`, one trie). `auto`: they learn into its
+    estimates."""
+    parts: list[Drafter] = []
+    for kind in turn.cfg.proposers if kinds is None else kinds:
+        built = [registry.build(name, turn, auto) for name in kind.split("+")]
+        if any(b is None for b in built):
+            continue  # not here (no draft model, no head): the runtime's checks said so earlier
+        parts.append(StackDrafter(built[0], built[1]) if len(built) == 2 else built[0])  # type: ignore[arg-type]
+    assert parts, "a speculative method with no drafter (the runtime checks for a draft)"
+    return parts[0] if len(parts) == 1 else ChainDrafter(parts)
+
+
+@dataclass
+class IterationPlan:
+    """What a policy asks of the next iteration: speculate with `drafter` under `settings`,
+    or (settings None) let the target write one token. `role` and `bet` are the policy's
+    own notes for learning from the result (the loop never reads them)."""
+
+    settings: SpecSettings | None
+    drafter: Drafter | None = None
+    role: str = ""
+    bet: object = None
+
+
+class Policy(Protocol):
+    """Picks each iteration's plan and learns from its result: fixed methods are the
+    trivial policy (FixedPolicy), `auto` the cost model's (decode/policy/auto.py)."""
+
+    def next(self) -> IterationPlan: ...
+
+    def learn(self, plan: IterationPlan, res: IterationResult | None) -> None: ...
+
+
+class FixedPolicy:
+    """The same plan every iteration (a fixed method; settings None: plain decoding)."""
+
+    def __init__(self, settings: SpecSettings | None, drafter: Drafter | None = None) -> None:
+        self.plan = IterationPlan(settings, drafter)
+
+    def next(self) -> IterationPlan:
+        return self.plan
+
+    def learn(self, plan: IterationPlan, res: IterationResult | None) -> None:
+        """Nothing to learn: the settings are fixed."""
+
+
+def drive(turn: Turn, policy: Policy) -> Iterator[Event]:
+    """The one loop every method runs: ask the policy, run the iteration, teach the policy,
+    emit, until the turn stops (the context full ends it too)."""
+    rng = NumpyRNG(turn.rng)
+    while not turn.should_stop():
+        plan = policy.next()
+        res = None
+        if plan.settings is None:
+            events = ar_step(turn)
+        else:
+            assert plan.drafter is not None, "a speculative plan names its drafter"
+            res = spec_iteration(turn, plan.settings, plan.drafter, rng)
+            events = res.events if res is not None else None
+        if events is None:
+            turn.emitter.close("context_full")
+            return
+        policy.learn(plan, res)
+        yield from events
+        yield turn.tick()
 
 
 def speculative_loop(turn: Turn) -> Iterator[Event]:
@@ -200,12 +255,4 @@ def speculative_loop(turn: Turn) -> Iterator[Event]:
 def run_blocks(turn: Turn, st: SpecSettings) -> Iterator[Event]:
     """Speculative iterations with fixed settings until the turn stops (also PARSE's
     `--parse-resume spec` finish)."""
-    rng = NumpyRNG(turn.rng)
-    proposer = make_proposer(turn)
-    while not turn.should_stop():
-        res = spec_iteration(turn, st, proposer, rng)
-        if res is None:
-            turn.emitter.close("context_full")
-            return
-        yield from res.events
-        yield turn.tick()
+    yield from drive(turn, FixedPolicy(st, make_drafter(turn)))

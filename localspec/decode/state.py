@@ -122,6 +122,23 @@ class KVState:
             self.ctx.seq_rm(MAIN, 0, -1)
         del self.tokens[keep:]
 
+    @property
+    def drafts_per_pass(self) -> int:
+        """How many drafts one verification may carry on this memory: one on a recurrent
+        state (it cannot be shared by a draft tree), else one per sequence besides MAIN.
+        Callers ask this instead of testing the memory kind (decode/plan.fit_memory, auto's
+        stacks)."""
+        return 1 if self.memory.has_state else self.ctx.n_seq_max - 1
+
+    def rollback(self, L: int, *, one_decode: bool = True) -> str:
+        """How a rejected tail of an L-token block is undone here: "cells" (attention KV:
+        seq_rm of the span), "snapshot" (a recurrent state rolled back in place, one decode
+        within llama.cpp's snapshots) or "branch" (a whole-state copy, adopted only when
+        every token was kept: docs/memory.md)."""
+        if not self.memory.has_state:
+            return "cells"
+        return "snapshot" if self.lane(1, L, one_decode=one_decode) == MAIN else "branch"
+
     def lane(self, K: int, L: int, *, one_decode: bool = True) -> int | None:
         """Where a block of K drafts of up to L tokens is evaluated on this memory.
 

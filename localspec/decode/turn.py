@@ -11,10 +11,10 @@ from localspec.backend import Model
 from localspec.backend.mtp import MtpHead
 from localspec.config import GenConfig
 from localspec.costmodel import CostModel
+from localspec.decode.drafters.suffix import SuffixStore
+from localspec.decode.drafters.suffix_shared import SlotSuffix
 from localspec.decode.emitter import Emitter
 from localspec.decode.state import KVState
-from localspec.decode.suffix import SuffixStore
-from localspec.decode.suffix_shared import SlotSuffix
 from localspec.events import Stats, StatsUpdate
 from localspec.stopflag import StopFlag
 
@@ -25,8 +25,8 @@ class Turn:
 
     method: the loop that runs (cfg.method unless the runtime resolved it, e.g. auto with
     no draft runs "ar"); costs: the cost model `auto` (and PARSE's auto finish) decide
-    with, None for fixed settings; suffix: the session's store (decode/suffix.py; a pool's
-    slot also reads the pool's, decode/suffix_shared.py), which outlives the turn; mtp: the
+    with, None for fixed settings; suffix: the session's store (decode/drafters/suffix.py; a pool's
+    slot also reads the pool's, decode/drafters/suffix_shared.py), which outlives the turn; mtp: the
     target's MTP head (backend/mtp.py), which follows the target's context across turns.
     Loops report through `stats` and events only.
     """

@@ -2,7 +2,7 @@
 multi-step speculative sampling; Miao et al., ASPLOS 2024), docs/algorithms.md#rrs.
 
 Why a rule of its own: spectr and mdbv assume the K drafts are i.i.d. samples of ONE draft
-distribution (they read q off the first alive draft). A stacked trie (decode/stack.py)
+distribution (they read q off the first alive draft). A stacked trie (decode/drafters/combine.py)
 mixes proposers: a prompt lookup's point mass beside the draft model's sampled drafts, each
 drawn independently of the others given the prefix but from a different q. At each depth,
 starting from the target row r = p: the alive drafts' tokens are tried in draft order, each

@@ -46,7 +46,7 @@ def paying_cost_model_with_cutoff(sess, monkeypatch, p_min: float) -> list[tuple
     The caller resets `sess.costs = None` when done (other tests share the session)."""
     from localspec import costmodel
     from localspec.costmodel import Acceptance, CostCurve, CostModel
-    from localspec.decode import proposer
+    from localspec.decode.drafters import model as proposer
 
     cheap = CostCurve([1, 64], [0.001, 0.002])
     sess.costs = CostModel(CostCurve([1, 64], [0.010, 0.020]), cheap, acceptance=Acceptance(prior=0.9))

@@ -1,5 +1,11 @@
-"""Which loop a generation runs, and what its config may ask of these models (checked once
-per generation, before any decode).
+"""The turn plan: (settings, the loaded models' capabilities, memory fit) -> what one
+generation runs, decided once per generation, before any decode.
+
+Why one function: the config used to be validated three times and rewritten in five places
+before (and during) the first iteration: the MTP head's settings, the memory fit, the head
+standing in for a draft model under auto. `plan_turn` makes every such decision and returns
+a frozen plan; nothing after it rewrites the config (only a cost model that is not timed
+yet narrows auto to the lookups, costmodel/session.TurnCosts.usable, by the same rule).
 
 Why apart from the runtime: these are pure decisions over the config, the context sizes and
 the models' memory kinds (backend/memory.py); the runtime only wires their answer.
@@ -8,10 +14,11 @@ the models' memory kinds (backend/memory.py); the runtime only wires their answe
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from localspec.config import LOOKUPS, METHOD_TABLE, GenConfig
+from localspec.config import METHOD_TABLE, GenConfig
 from localspec.decode.autoregressive import ar_loop
+from localspec.decode.drafters import registry
 from localspec.decode.state import KVState
 from localspec.decode.turn import Turn
 from localspec.errors import ConfigError
@@ -19,6 +26,32 @@ from localspec.events import Event
 from localspec.session import SessionOptions
 
 Loop = Callable[[Turn], Iterator[Event]]
+
+
+@dataclass(frozen=True)
+class TurnPlan:
+    """What a turn runs: its config (final), the loop, the method it runs (auto without
+    anything to draft with runs "ar"), and whether it decides with the cost model."""
+
+    cfg: GenConfig
+    loop: Loop
+    method: str
+    needs_costs: bool
+
+
+def plan_turn(cfg: GenConfig, options: SessionOptions, target: KVState, draft: KVState | None,
+              head: object | None) -> TurnPlan:
+    """The one decision of a turn (see the module docstring). `head`: the target's MTP head
+    when the session loaded one (backend/mtp.MtpHead)."""
+    from localspec.decode.drafters.mtp import mtp_config
+
+    cfg = mtp_config(cfg, head)  # type: ignore[arg-type]
+    check_config(cfg, options, draft is not None)
+    cfg = fit_memory(cfg, target, draft)
+    if cfg.method == "auto" and draft is None and head is not None and "draft" in cfg.parts:
+        cfg = replace(cfg, K=1, auto_K=False)  # the head stands in for the draft model: one chain
+    loop, method, needs_costs = pick_loop(cfg, draft is not None)
+    return TurnPlan(cfg, loop, method, needs_costs)
 
 
 def check_config(cfg: GenConfig, options: SessionOptions, has_draft: bool) -> None:
@@ -41,7 +74,7 @@ def fit_memory(cfg: GenConfig, target: KVState, draft: KVState | None) -> GenCon
     """Refuse what a recurrent state cannot run (a tree of drafts, PARSE's copies, a stack)
     with the methods that work; let auto choose among one-draft settings only."""
     stateful = [(st.ctx.model.name, st.memory) for st in (target, draft)
-                if st is not None and st.memory.has_state]
+                if st is not None and st.drafts_per_pass == 1]
     if not stateful or cfg.method == "ar":
         return cfg
     name, memory = stateful[0]
@@ -58,14 +91,14 @@ def fit_memory(cfg: GenConfig, target: KVState, draft: KVState | None) -> GenCon
 def pick_loop(cfg: GenConfig, has_draft: bool) -> tuple[Loop, str, bool]:
     """The loop for cfg.method, the method it runs, and whether it decides with the cost model."""
     method = cfg.method
-    if method == "ar" or (method == "auto" and not has_draft and not set(LOOKUPS) & cfg.kinds):
+    if method == "ar" or (method == "auto" and not has_draft and not set(registry.lookups()) & cfg.kinds):
         return ar_loop, "ar", False
     if method == "auto":
-        from localspec.decode.auto import auto_loop
+        from localspec.decode.policy.auto import auto_loop
 
         return auto_loop, "auto", True
     if method == "parse":
-        from localspec.decode.parse import parse_loop
+        from localspec.decode.parse.loop import parse_loop
 
         # no -L given: the speculative finish runs what auto would
         return parse_loop, "parse", cfg.parse.resume == "spec" and cfg.auto_L

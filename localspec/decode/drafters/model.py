@@ -1,91 +1,32 @@
-"""Proposer: K i.i.d. drafts of up to L tokens from the draft model, in lockstep.
+"""The draft model's drafter: K i.i.d. drafts of up to L tokens, in lockstep.
 
 One llama_decode per draft step carries the newest token of every distinct draft; drafts
 that are still identical share their tokens (one trie node, the seq ids of all its drafts),
 so K drafts that agree cost what one costs. Only the sparse probability rows the verifier
 needs are kept.
 
-`Proposer` is the draft side of a turn as one object (as HF's candidate generator and
-llama.cpp's common_speculative are): `propose` drafts on the draft context, `accept` keeps
-the verifier's choice in the draft's KV, `observe` lets the dynamic draft length learn from
-what the target accepted.
+`ModelDrafter` is the draft model behind the drafter interface (base.py): `propose` drafts
+on the draft context, `accept` keeps the verifier's choice in the draft's KV, `learn` lets
+the dynamic draft length (auto's acceptance estimate) learn from what the target accepted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from localspec.config import SamplingConfig
-from localspec.decode.blocks import PAD
+from localspec.decode.drafters.base import MODEL, DrafterBase, DraftRequest, Outcome
+from localspec.decode.drafters.trie import DraftStop, DraftTrie, Node
 from localspec.decode.state import KVState
 from localspec.sampling import SparseRow, sample_row, transform_row
 
-
-@dataclass
-class Node:
-    """A trie node: token at depth (1-based) shared by drafts `members` (0-based draft ids)."""
-
-    token: int
-    depth: int
-    members: list[int]
-    parent: int  # node index, -1 for the root
-    evaluated: bool = False  # in the draft's KV (a draft's last token usually is not)
-
-    @property
-    def seq_ids(self) -> list[int]:
-        return [k + 1 for k in self.members]
-
-
-@dataclass
-class DraftTrie:
-    """K drafts as a prefix trie plus the draft rows they were sampled from."""
-
-    K: int
-    nodes: list[Node] = field(default_factory=list)
-    path: list[list[int]] = field(default_factory=list)  # path[k][i] = node of draft k, depth i+1
-    q: list[list[SparseRow]] = field(default_factory=list)  # q[k][i] = row token i was drawn from
-    conf: list[list[float]] = field(default_factory=list)  # conf[k][i] = draft's confidence at token i
-    evaluated_depth: int = 0  # deepest level the draft decoded (for the decode count)
-    hinted: int = 0  # of those, levels evaluated in the first decode from a hint (no decode of their own)
-    source: str = "draft"  # the proposer that wrote it: "draft" (the model), "mtp" (the target's head), "ngram", ...
-
-    @property
-    def draft_calls(self) -> int:
-        """Draft decodes it took (the draft model's or the MTP head's): the pending tokens'
-        plus one per evaluated depth; a lookup takes none."""
-        return self.evaluated_depth + 1 - self.hinted if self.source in ("draft", "mtp") else 0
-
-    @property
-    def L(self) -> int:
-        """The longest draft (all drafts have this length unless they end on their own)."""
-        return max((len(p) for p in self.path), default=0)
-
-    def length(self, k: int) -> int:
-        return len(self.path[k])
-
-    def tokens(self) -> np.ndarray:
-        """(K, L) int array of draft tokens; PAD after a draft that ended before L."""
-        out = np.full((self.K, self.L), PAD, dtype=np.int64)
-        for k, p in enumerate(self.path):
-            out[k, : len(p)] = [self.nodes[n].token for n in p]
-        return out
-
-
-class DraftStop(Protocol):
-    """When to stop drafting (the cost model's costmodel.CalibratedStop; tests use others).
-
-    accept_prob(c): the chance a draft token drawn from a row of confidence c is accepted.
-    worth(depth, p): whether drafting token `depth` (1-based) pays when the chance that the
-    whole draft up to and including it is accepted is p.
-    """
-
-    def accept_prob(self, conf: float) -> float: ...
-
-    def worth(self, depth: int, p: float) -> bool: ...
+if TYPE_CHECKING:
+    from localspec.costmodel import CostModel
+    from localspec.decode.turn import Turn
+    from localspec.verify import Decision
 
 
 def propose(
@@ -126,7 +67,8 @@ def propose(
     (tests/test_verify_exact.py).
     """
     ctx = dft.ctx
-    trie = DraftTrie(K=K, path=[[] for _ in range(K)], q=[[] for _ in range(K)], conf=[[] for _ in range(K)])
+    trie = DraftTrie(K=K, path=[[] for _ in range(K)], q=[[] for _ in range(K)], conf=[[] for _ in range(K)],
+                     calls_model=True)
     # the pending tokens join every draft's sequence and the main one; a recurrent state
     # (KVState.lane) evaluates them on the main sequence alone (a token cannot sit in two
     # recurrent states) and drafts its one draft on a branch copied from it after
@@ -255,13 +197,15 @@ class Learner(Protocol):
     def update(self, tau: int, L: int, confs: list[float] | None = None) -> None: ...
 
 
-class Proposer:
-    """The draft model's side of a turn (`--spec-type draft`): drafts, keeps the accepted
-    draft, learns. decode/lookup.py has the draftless kinds behind the same shape.
+class ModelDrafter(DrafterBase):
+    """The draft model (`--spec-type draft`): drafts, keeps the accepted draft, learns.
 
     sampling: the draft's transform (the target's, at --draft-temp when given); gen: the
     turn's random stream; learner: updated with every verification outcome (auto's
     calibrated acceptance), None when nothing learns (fixed settings)."""
+
+    name = "draft"
+    kind = MODEL
 
     def __init__(
         self, draft: KVState, sampling: SamplingConfig, gen: np.random.Generator, learner: Learner | None = None
@@ -272,25 +216,26 @@ class Proposer:
         self.learner = learner
         self.hint: list[int] = []  # for the next propose only (auto sets it: see propose's hint)
 
-    def propose(
-        self,
-        committed: list[int],
-        K: int,
-        L: int,
-        stop: DraftStop | None = None,
-        greedy_first: bool = False,
-        per_draft: bool = False,
-    ) -> DraftTrie:
+    def propose(self, req: DraftRequest) -> DraftTrie:
         """Catch the draft up with the target's committed tokens, then draft (see propose)."""
-        self.draft.sync_to(committed)
+        self.draft.sync_to(req.committed)
         hint, self.hint = self.hint, []
-        return propose(self.draft, K, L, self.sampling, self.gen, stop, greedy_first, per_draft, hint)
+        return propose(self.draft, req.K, req.L, self.sampling, self.gen, req.stop, req.greedy_first,
+                       req.per_draft, hint)
 
-    def accept(self, trie: DraftTrie, k: int, tau: int, token: int) -> None:
-        """The verifier kept draft k's first tau tokens and then emitted `token`."""
-        commit_draft(self.draft, trie, k, tau, token)
+    def accept(self, trie: DraftTrie, d: Decision) -> None:
+        """The verifier kept draft d.k's first d.tau tokens and then emitted d.token."""
+        commit_draft(self.draft, trie, d.k, d.tau, d.token)
 
-    def observe(self, tau: int, drafted: int, confs: list[float]) -> None:
+    def learn(self, outcome: Outcome) -> None:
         """Learn from one verification: tau of `drafted` tokens accepted."""
         if self.learner is not None:
-            self.learner.update(tau, drafted, confs)
+            self.learner.update(outcome.tau, outcome.drafted, outcome.confs)
+
+
+def build(turn: Turn, auto: CostModel | None = None) -> ModelDrafter | None:
+    """The registry's builder: the session's draft model, learning into auto's estimate."""
+    if turn.draft is None:
+        return None
+    return ModelDrafter(turn.draft, turn.cfg.draft_sampling(), turn.rng,
+                        learner=auto.acceptance if auto is not None else None)

@@ -3,7 +3,7 @@
 Why: in a draft-model phase auto gives an iteration to the lookup when its match is
 predicted to beat the draft model's setting, else to the draft model. Where both are often
 right (an edit, on a target whose verify curve is flat), the draft model drafts anyway and
-the lookup's tokens would cost only their rows in the verify batch: a stack (decode/stack.py)
+the lookup's tokens would cost only their rows in the verify batch: a stack (decode/drafters/combine.py)
 keeps the longer of the two right prefixes for that price.
 
 What a stack adds is learned without running one. After every draft-model iteration on
@@ -25,9 +25,10 @@ model does).
 from __future__ import annotations
 
 from localspec.costmodel.lookup import LookupGate, counterfactual_gain
-from localspec.decode.proposer import DraftTrie, Proposer
+from localspec.decode.drafters.base import Drafter, Outcome
+from localspec.decode.drafters.combine import StackDrafter
+from localspec.decode.drafters.trie import DraftTrie
 from localspec.decode.speculative import IterationResult, SpecSettings
-from localspec.decode.stack import STACK, StackProposer
 from localspec.decode.state import common_prefix as common
 from localspec.decode.turn import Turn
 
@@ -35,20 +36,20 @@ from localspec.decode.turn import Turn
 class AutoStack:
     """The stack auto may run this iteration, and what teaches its gain (see above)."""
 
-    def __init__(self, turn: Turn, lookup, proposer: Proposer, gate: LookupGate) -> None:  # noqa: ANN001
+    def __init__(self, turn: Turn, lookup: Drafter, proposer: Drafter, gate: LookupGate) -> None:
         self.turn = turn
-        self.stack = StackProposer(lookup, proposer)
+        self.stack = StackDrafter(lookup, proposer)
         self.model = proposer
         self.gate = gate
         self.start = 0  # committed tokens before the iteration in flight
 
     @staticmethod
-    def possible(turn: Turn, proposer: object) -> bool:
-        """A stack needs the draft model (not the MTP head), and neither model may keep a
-        recurrent state: a stack is two drafts, which one state cannot hold (the rule
-        decode/choice.fit_memory applies to --spec-type X+draft)."""
-        return (isinstance(proposer, Proposer) and turn.draft is not None
-                and not turn.target.memory.has_state and not turn.draft.memory.has_state)
+    def possible(turn: Turn, proposer: Drafter | None) -> bool:
+        """A stack needs a model drafter that keeps a draft KV (the draft model, not the MTP
+        head), and neither model may keep a recurrent state: a stack is two drafts, which one
+        state cannot hold (the rule decode/plan.fit_memory applies to --spec-type X+draft)."""
+        return (proposer is not None and proposer.draft is not None and turn.draft is not None
+                and turn.target.drafts_per_pass > 1 and turn.draft.drafts_per_pass > 1)
 
     def pays(self, st: SpecSettings, key: tuple, lookup: list[int], predicted: tuple[float, float, float]) -> bool:
         """Whether stacking this lookup onto the draft model's block is predicted to pay."""
@@ -79,8 +80,8 @@ class AutoStack:
         learners see what its drafts did (at T = 0; at T > 0 only when a model draft won)."""
         emitted = self.emitted()
         d = res.decision
-        if trie.source != STACK:  # no lookup match at propose time: the model drafted alone
-            self.model.observe(d.tau, res.drafted, res.confs)
+        if trie.sources is None:  # no lookup match at propose time: the model drafted alone
+            self.model.learn(Outcome(d.tau, res.drafted, res.confs))
             return
         x = trie.tokens()
         own = [(common([int(t) for t in x[k, : trie.length(k)]], emitted), k) for k in range(1, trie.K)]
@@ -93,6 +94,6 @@ class AutoStack:
         if d.k == 0 or tau_l < len(emitted):
             self.gate.update(key, tau_l, len(lk))
         if d.k != 0:
-            self.model.observe(d.tau, res.drafted, res.confs)
+            self.model.learn(Outcome(d.tau, res.drafted, res.confs))
         elif self.turn.cfg.sampling.greedy:
-            self.model.observe(tau_d, trie.length(k_d), trie.conf[k_d])
+            self.model.learn(Outcome(tau_d, trie.length(k_d), trie.conf[k_d]))

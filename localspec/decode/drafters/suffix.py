@@ -1,6 +1,6 @@
 """Suffix decoding (`--spec-type suffix`): drafts from everything the session has seen.
 
-The n-gram lookup (decode/lookup.py) reads one turn's own text and copies the latest match.
+The n-gram lookup (decode/drafters/lookup.py) reads one turn's own text and copies the latest match.
 SuffixDecoding (Oliaro et al., arXiv 2411.04975; vLLM's `suffix` method) keeps one suffix
 structure over many documents -- here every turn's prompt and answer, and in `serve` every
 request's -- with counts: the continuation is the most *frequent* one, each drafted token
@@ -28,12 +28,16 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from localspec.decode.lookup import point_mass
-from localspec.decode.proposer import DraftTrie, Node
+from localspec.decode.drafters.base import LOOKUP, DrafterBase, DraftRequest
+from localspec.decode.drafters.trie import DraftTrie, chain_trie
+
+if TYPE_CHECKING:
+    from localspec.costmodel import CostModel
+    from localspec.verify import Decision
 
 SEP = -1  # between documents (and after the last token): no match or continuation crosses it
 SLACK = 256  # free cells kept after the last token, so a walk reads SEP past it, never off the end
@@ -319,7 +323,7 @@ def _reindex(buf: np.ndarray) -> dict[int, list[int]]:
 
 
 class Continuations(Protocol):
-    """What the proposer reads: a SuffixStore, or a pool slot's pair (decode/suffix_shared.py)."""
+    """What the proposer reads: a SuffixStore, or a pool slot's pair (decode/drafters/suffix_shared.py)."""
 
     def sync(self, history: Sequence[int]) -> None: ...
 
@@ -327,16 +331,17 @@ class Continuations(Protocol):
                   factor: float = ...) -> SuffixDraft: ...
 
 
-class SuffixProposer:
-    """The `suffix` proposer: K = 1 point-mass drafts from the session's SuffixStore.
+class SuffixDrafter(DrafterBase):
+    """The `suffix` drafter: K = 1 point-mass drafts from the session's SuffixStore.
 
-    Same shape as LookupProposer: `draft` is None (no draft KV), `propose` returns None when
-    nothing matches, `matched` is the matched suffix length (auto's gate prices by it). The
-    store outlives the proposer (it is the session's): every propose first syncs the turn's
-    history into it, so this turn's answer is findable in the next turn and request.
+    `propose` returns None when nothing matches, `matched` is the matched suffix length
+    (auto's gate prices by it). The store outlives the drafter (it is the session's): every
+    propose first syncs the turn's history into it, so this turn's answer is findable in the
+    next turn and request.
     """
 
-    draft = None
+    name = "suffix"
+    kind = LOOKUP
 
     def __init__(self, store: Continuations, depth: int = 24, min_prob: float = 0.1, factor: float = 1.0) -> None:
         self.store = store
@@ -344,8 +349,8 @@ class SuffixProposer:
         self.matched = 0
         self._last: tuple[int, int, int, SuffixDraft] | None = None  # (length, last token, L, draft)
 
-    def propose(self, committed: list[int], K: int, L: int, stop=None, greedy_first: bool = False,
-                per_draft: bool = False) -> DraftTrie | None:
+    def propose(self, req: DraftRequest) -> DraftTrie | None:
+        committed, L = req.committed, req.L
         last = self._last
         if last is not None and last[0] == len(committed) and last[1] == committed[-1] and L <= last[2]:
             d = last[3]  # auto asked again for the same history, with the length its gate chose
@@ -356,17 +361,17 @@ class SuffixProposer:
         self.matched = d.match
         if not d.tokens:
             return None
-        trie = DraftTrie(K=1, path=[[]], q=[[]], conf=[[]], source="suffix")
-        for depth, (t, p) in enumerate(zip(d.tokens[:L], d.probs, strict=False), start=1):
-            trie.nodes.append(Node(t, depth, [0], depth - 2))
-            trie.path[0].append(depth - 1)
-            trie.q[0].append(point_mass(t))
-            trie.conf[0].append(p)
-        return trie
+        n = min(L, len(d.tokens), len(d.probs))
+        return chain_trie(d.tokens[:n], self.name, d.probs[:n])
 
-    def accept(self, trie: DraftTrie, k: int, tau: int, token: int) -> None:
+    def accept(self, trie: DraftTrie, d: Decision) -> None:
         """Nothing to keep: the next proposal syncs the grown history into the store."""
         self._last = None
 
-    def observe(self, tau: int, drafted: int, confs: list[float]) -> None:
-        """The acceptance is learned by auto's LookupGate (decode/auto.py), not here."""
+
+def build(turn: Any, auto: CostModel | None = None) -> SuffixDrafter:
+    """The registry's builder: the session's store (the runtime gives a suffix turn one;
+    `turn` is a decode/turn.Turn, not imported: Turn holds the store, so that would circle)."""
+    assert turn.suffix is not None, "the runtime gives a suffix turn the session's store"
+    cfg = turn.cfg
+    return SuffixDrafter(turn.suffix, cfg.suffix_depth, cfg.suffix_min_prob, cfg.suffix_factor)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from localspec.decode.suffix import DEFAULT_MAX_TOKENS, SuffixDraft, SuffixStore
+from localspec.decode.drafters.suffix import DEFAULT_MAX_TOKENS, SuffixDraft, SuffixStore
 
 
 class SharedSuffix:

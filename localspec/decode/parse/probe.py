@@ -53,7 +53,7 @@ class Probe:
     DEFAULT_PHRASING = "code"
 
     def __init__(self, sess: RuntimeSession) -> None:
-        from localspec.decode.judges import PHRASINGS, render_suffix, verdict_tokens
+        from localspec.decode.parse.judges import PHRASINGS, render_suffix, verdict_tokens
 
         if sess.draft is None or sess.draft_model is None:
             raise ConfigError("bench parse calibrate needs a draft model (-md)")
@@ -71,8 +71,8 @@ class Probe:
     def draft_alone(self, toks: list[int], cfg: GenConfig) -> DraftAnswer:
         """Greedy draft answer as PARSE's first round drafts it, plus the draft's own gaps/nll."""
         from localspec.decode.emitter import Emitter
-        from localspec.decode.parse import draft_answer
-        from localspec.decode.parse_pass import answer_features
+        from localspec.decode.parse.loop import draft_answer
+        from localspec.decode.parse.one_pass import answer_features
         from localspec.decode.state import MAIN
         from localspec.decode.turn import Turn
         from localspec.events import Stats
@@ -111,8 +111,8 @@ class Probe:
 
     def judge(self, toks: list[int], answer: list[int]) -> JudgeMaterial:
         """One target pass: every phrasing on the whole answer + the default one at each cut."""
-        from localspec.decode.parse_pass import Copy, judge_pass
-        from localspec.decode.segment import boundaries, choose_cuts
+        from localspec.decode.parse.one_pass import Copy, judge_pass
+        from localspec.decode.parse.segment import boundaries, choose_cuts
 
         sess = self.sess
         pieces = [sess.target_model.piece(t) for t in answer]

@@ -13,7 +13,7 @@ target's distribution at T > 0; at T = 0 the draft is the head's argmax and a to
 when the target's argmax agrees (greedy text = AR).
 
 `auto` drafts with the head by itself where a draft model would, when the session has a
-head and no draft model (`head_proposer`): the head's step is priced by the session's
+head and no draft model (`build` under auto): the head's step is priced by the session's
 draft curve (a draftless session's is free until then), started at HEAD_COST_PRIOR x one
 target step and healed from the head's live steps as any curve is (CostCurve.observe),
 across turns; its acceptance is learned as a draft model's is. So auto speculates only
@@ -32,10 +32,11 @@ from dataclasses import replace
 import numpy as np
 
 from localspec.backend.mtp import MtpHead
-from localspec.config import GenConfig, SamplingConfig
+from localspec.config import GenConfig, SamplingConfig, one_draft_verifier
 from localspec.costmodel import CostModel
 from localspec.costmodel.curves import CostCurve
-from localspec.decode.proposer import DraftStop, DraftTrie, Node
+from localspec.decode.drafters.base import MODEL, DrafterBase, DraftRequest, Outcome
+from localspec.decode.drafters.trie import DraftTrie, Node
 from localspec.decode.state import KVState
 from localspec.decode.turn import Turn
 from localspec.errors import ConfigError
@@ -60,14 +61,14 @@ def mtp_config(cfg: GenConfig, head: MtpHead | None) -> GenConfig:
         raise ConfigError("--spec-type mtp: this session has no MTP head; open it with SessionOptions(mtp=True) "
                           "(the CLI does when --spec-type names mtp; not with -np > 1)")
     if cfg.method == "auto":
-        cfg = replace(cfg, method="sd" if cfg.sampling.greedy else "gbv", K=1, auto_K=False)
+        cfg = replace(cfg, method=one_draft_verifier(cfg.sampling.greedy), K=1, auto_K=False)
     if cfg.auto_L:
         cfg = replace(cfg, L=MTP_L, auto_L=False)
     return cfg
 
 
-class MtpProposer:
-    """Drafts one chain with the target's MTP head; same shape as decode/proposer.Proposer.
+class MtpDrafter(DrafterBase):
+    """Drafts one chain with the target's MTP head (base.Drafter).
 
     `draft` is None: the head has no KV state of its own to keep in step, it follows the
     target's (backend/mtp.MtpHead reads every target decode), so `accept` has nothing to
@@ -75,7 +76,8 @@ class MtpProposer:
     but the last (a recurrent target's branch that was not adopted): the head needs the
     target's row before the pending token, so the target writes that token itself."""
 
-    draft = None
+    name = "mtp"
+    kind = MODEL
 
     def __init__(self, head: MtpHead, target: KVState, sampling: SamplingConfig, gen: np.random.Generator,
                  learner=None, curve: CostCurve | None = None) -> None:  # noqa: ANN001 - Acceptance
@@ -86,9 +88,9 @@ class MtpProposer:
         self.learner = learner  # auto's acceptance estimate: every verification teaches it
         self.curve = curve  # auto's price of one head step: healed from the steps timed here
 
-    def propose(self, committed: list[int], K: int, L: int, stop: DraftStop | None = None,
-                greedy_first: bool = False, per_draft: bool = False) -> DraftTrie | None:
+    def propose(self, req: DraftRequest) -> DraftTrie | None:
         """Up to L tokens (fewer when `stop` says the next one does not pay), K = 1."""
+        K, L, stop = req.K, req.L, req.stop
         if K != 1:
             raise ConfigError(f"--spec-type mtp drafts one chain: use -K 1 (got -K {K})")
         tgt = self.target
@@ -99,7 +101,7 @@ class MtpProposer:
             return None
         logits, h = first
         base = tgt.n_past  # the pending token's position; depth d is drafted at base + d
-        trie = DraftTrie(K=1, path=[[]], q=[[]], conf=[[]], source="mtp")
+        trie = DraftTrie(K=1, path=[[]], q=[[]], conf=[[]], source=self.name, calls_model=True)
         reach = 1.0
         try:
             for depth in range(1, L + 1):
@@ -126,22 +128,25 @@ class MtpProposer:
             self.head.rewind(base + 1)  # the chain's entries used the head's own rows: no history
         return trie
 
-    def accept(self, trie: DraftTrie, k: int, tau: int, token: int) -> None:
-        """Nothing to keep: the head reads the verification's rows from the target."""
-
-    def observe(self, tau: int, drafted: int, confs: list[float]) -> None:
+    def learn(self, outcome: Outcome) -> None:
         """Learn from one verification (auto's acceptance estimate, when it runs the head)."""
         if self.learner is not None:
-            self.learner.update(tau, drafted, confs)
+            self.learner.update(outcome.tau, outcome.drafted, outcome.confs)
 
 
-def head_proposer(turn: Turn, cm: CostModel) -> MtpProposer | None:
-    """The head drafting for auto where a draft model would (no draft model, a head loaded):
-    priced by a draft curve of its own step time, K = 1 (the head drafts one chain)."""
-    if turn.mtp is None or turn.draft is not None:
+def build(turn: Turn, auto: CostModel | None = None) -> MtpDrafter | None:
+    """The registry's builder. Named (--spec-type mtp): the head with fixed settings (the
+    runtime refuses mtp without a head: mtp_config). Under auto, where a draft model would
+    draft and the session has none: priced by a draft curve of its own step time (a
+    draftless model's free curve starts at HEAD_COST_PRIOR x one target step), learning
+    into auto's acceptance; K = 1 (the head drafts one chain; the turn plan says so)."""
+    if turn.mtp is None:
         return None
-    turn.cfg = replace(turn.cfg, K=1, auto_K=False)
-    if cm.draft(1) <= 0.0:  # a draftless model's free draft curve: the head is not priced yet
-        cm.draft = CostCurve([1], [HEAD_COST_PRIOR * cm.target(1)])
-    return MtpProposer(turn.mtp, turn.target, turn.cfg.draft_sampling(), turn.rng, learner=cm.acceptance,
-                       curve=cm.draft)
+    if auto is None:
+        return MtpDrafter(turn.mtp, turn.target, turn.cfg.draft_sampling(), turn.rng)
+    if turn.draft is not None:
+        return None
+    if auto.draft(1) <= 0.0:  # a draftless model's free draft curve: the head is not priced yet
+        auto.draft = CostCurve([1], [HEAD_COST_PRIOR * auto.target(1)])
+    return MtpDrafter(turn.mtp, turn.target, turn.cfg.draft_sampling(), turn.rng, learner=auto.acceptance,
+                      curve=auto.draft)

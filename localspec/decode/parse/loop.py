@@ -34,9 +34,9 @@ import numpy as np
 
 from localspec.decode.autoregressive import target_step
 from localspec.decode.blocks import one_hot, verify_rows
-from localspec.decode.judges import Judge, make_judge
-from localspec.decode.parse_pass import AnswerRows, PassResult, judge_copies, judge_pass
-from localspec.decode.segment import boundaries, choose_cuts, decide
+from localspec.decode.parse.judges import Judge, make_judge
+from localspec.decode.parse.one_pass import AnswerRows, PassResult, judge_copies, judge_pass
+from localspec.decode.parse.segment import boundaries, choose_cuts, decide
 from localspec.decode.speculative import SpecSettings, run_blocks
 from localspec.decode.state import MAIN
 from localspec.decode.turn import Turn
@@ -204,7 +204,7 @@ def _spec_finish(turn: Turn) -> Iterator[Event]:
     # the config decides, not the session: a cost model left by an earlier auto turn must
     # not override an explicit -L
     if turn.cfg.auto_L and turn.costs is not None:
-        from localspec.decode.auto import auto_loop
+        from localspec.decode.policy.auto import auto_loop
 
         yield from auto_loop(turn)
         return

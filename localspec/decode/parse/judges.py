@@ -24,7 +24,7 @@ import numpy as np
 from localspec.backend import Model
 from localspec.backend.chat import ChatTemplate
 from localspec.config import ParseConfig
-from localspec.decode.parse_pass import Copy, PassResult
+from localspec.decode.parse.one_pass import Copy, PassResult
 from localspec.errors import ConfigError
 
 JUDGES = ("prompt", "likelihood", "hybrid")

@@ -1,0 +1,87 @@
+"""Prompt lookup: drafts that cost no model call, read off the text the turn already has.
+
+Much of what people ask a coder model is an edit ("add type hints", "rename X", "return the
+whole file with Y changed"): most of the answer is already in the prompt. When the last n
+tokens of the history (prompt + everything generated) occurred before, what followed them
+then is a draft for what follows now -- llama.cpp's `ngram-simple`, vLLM's `ngram`,
+prompt-lookup decoding. It is a point mass: q = 1 on each drafted token, so every lossless
+verifier applies unchanged (sd accepts token x with probability p(x) and resamples from p
+without x; at T = 0 it is accepted when it is the target's argmax). tests/test_verify_exact.py
+enumerates point-mass drafts to prove it.
+
+The index maps every n-gram (n_min..n_max) of the history to its latest start whose
+continuation exists; it is extended incrementally as the history grows, so a lookup costs
+a few dict probes per iteration, never a scan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from localspec.decode.drafters.base import LOOKUP, DrafterBase, DraftRequest
+from localspec.decode.drafters.trie import DraftTrie, chain_trie
+
+if TYPE_CHECKING:
+    from localspec.costmodel import CostModel
+    from localspec.decode.turn import Turn
+
+
+@dataclass
+class NgramIndex:
+    """Latest start of each n-gram of `history` that has a continuation."""
+
+    n_min: int = 2
+    n_max: int = 4
+    history: list[int] = field(default_factory=list)
+    starts: dict[tuple[int, ...], int] = field(default_factory=dict)
+
+    def extend(self, tokens: list[int]) -> None:
+        """Make the index cover `tokens` (a new history unless it extends the old one)."""
+        h = self.history
+        if len(tokens) < len(h) or tokens[: len(h)] != h:
+            self.history, self.starts = [], {}
+            h = self.history
+        old = len(h)
+        h.extend(tokens[old:])
+        # an n-gram starting at s has its continuation at s + n: index it once that exists
+        for c in range(max(old, 1), len(h)):
+            for n in range(self.n_min, self.n_max + 1):
+                s = c - n
+                if s >= 0:
+                    self.starts[tuple(h[s:c])] = s
+
+    def continuation(self, L: int) -> tuple[list[int], int]:
+        """Up to L tokens that followed the longest earlier occurrence of the history's tail,
+        and the length of the n-gram matched (0: no match)."""
+        h = self.history
+        for n in range(min(self.n_max, len(h)), self.n_min - 1, -1):
+            s = self.starts.get(tuple(h[-n:]))
+            if s is not None and s + n < len(h):
+                return h[s + n : s + n + L], n
+        return [], 0
+
+
+class NgramDrafter(DrafterBase):
+    """The `ngram` drafter: K = 1 lookup drafts from the turn's own history (no model).
+
+    `propose` returns None when the history has no match; the loop then lets the target
+    write the token itself. The acceptance is learned by auto's LookupGate per match length.
+    """
+
+    name = "ngram"
+    kind = LOOKUP
+
+    def __init__(self, n_min: int = 2, n_max: int = 4) -> None:
+        self.index = NgramIndex(n_min, n_max)
+        self.matched = 0  # n-gram length of the last proposal (for the acceptance estimate)
+
+    def propose(self, req: DraftRequest) -> DraftTrie | None:
+        self.index.extend(req.committed)
+        toks, self.matched = self.index.continuation(req.L)
+        return chain_trie(toks, self.name) if toks else None
+
+
+def build(turn: Turn, auto: CostModel | None = None) -> NgramDrafter:
+    """The registry's builder (--spec-ngram-min / --spec-ngram-max)."""
+    return NgramDrafter(turn.cfg.ngram_min, turn.cfg.ngram_max)

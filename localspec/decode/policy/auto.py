@@ -1,0 +1,244 @@
+"""`--method auto`: run whatever the cost model predicts fastest, re-checking as we go.
+
+Starts from the cost model's choice; every few iterations the running acceptance estimate
+updates the prediction, so a pair that stops agreeing (or a prompt where the draft is
+useless) falls back to plain decoding, and AR probes speculation now and then in case the
+text became easy again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from localspec.config import one_draft_verifier
+from localspec.costmodel import CostModel, dynamic_length, length_cap, per_draft_length
+from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate, hint_length
+from localspec.decode.drafters import registry
+from localspec.decode.drafters.base import Drafter, DraftRequest, Outcome
+from localspec.decode.policy.stack import AutoStack
+from localspec.decode.speculative import (
+    IterationPlan,
+    IterationResult,
+    SpecSettings,
+    drive,
+    make_drafter,
+)
+from localspec.decode.turn import Turn
+from localspec.events import Event
+
+RECHECK_EVERY = 8  # speculative iterations between re-decisions
+PROBE_EVERY = 32  # AR tokens between speculative probes (only if speculation could pay)
+FIRST_PROBE = 4  # with little evidence about this pair, probe early
+AR_CHECKS = 3  # plain steps a cost model may take to see the AR cost live (per session)
+
+
+def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
+    best, ar = cm.choose(turn.cfg)
+    turn.stats.predicted.append((1.0, 1.0, cm.target(1)) if best is None
+                                else (best.tok_per_s / ar, best.expected_tokens, best.seconds))
+    if best is None:
+        turn.stats.choice_note = (
+            f"ar (alpha={cm.acceptance.alpha:.2f}: nothing predicted above {ar:.1f} tok/s); {cm.why_ar()}"
+        )
+        return None
+    if not dynamic_length(turn.cfg, best):
+        turn.stats.choice_note = (
+            f"{best.method} K={best.K} L={best.L} (alpha={cm.acceptance.alpha:.2f}, predicted "
+            f"{best.tok_per_s / ar:.2f}x AR)"
+        )
+        return SpecSettings(best.method, best.K, best.L)
+    # dynamic length: L becomes a cap and the calibrated stop rule ends each draft where one
+    # more token stops paying
+    cap = length_cap(turn.cfg, best)
+    per_draft = per_draft_length(turn.cfg, best)
+    turn.stats.choice_note = (
+        f"{best.method} K={best.K} L<={cap} dynamic{' per draft' if per_draft else ''} "
+        f"(alpha={cm.acceptance.alpha:.2f}, predicted {best.tok_per_s / ar:.2f}x AR at L={best.L})"
+    )
+    return SpecSettings(best.method, best.K, cap, cm.draft_stop(best, per_draft), per_draft)
+
+
+def _could_pay(cm: CostModel) -> bool:
+    """Whether speculation could beat AR at all here (a near-perfect draft, K = 1, L = 8)."""
+    return cm.expected_tokens(1, 8, alpha=0.95) / cm.iteration_seconds(1, 8) > cm.ar()
+
+
+def _needs_ar(cm: CostModel) -> bool:
+    """Whether the AR cost decisions compare with still lacks live evidence (a few checks
+    per session at most: a cost model fed no live timings must not turn auto into AR)."""
+    return cm.target.needs_samples(1) and cm.ar_checks < AR_CHECKS
+
+
+def _ran(settings: SpecSettings | None) -> str:
+    if settings is None:
+        return "ar"
+    return f"{settings.method} K={settings.K} L{'<=' if settings.stop is not None else '='}{settings.L}"
+
+
+class Bet(NamedTuple):
+    """The history's lookup match now, as the gate prices it."""
+
+    L: int  # the draft length that pays most alone (0: none beats AR)
+    speedup: float  # its predicted speedup over AR
+    key: tuple  # (proposer, matched length): what the gate learns per
+    tokens: list[int]  # the continuation (up to LOOKUP_MAX_L): a stack's counterfactual, the draft hint
+
+
+def lookup_bet(turn: Turn, cm: CostModel, lookup: Drafter | None, gate: LookupGate) -> Bet | None:
+    """The lookup's bet for the history's match now; None without a match. The gate learns
+    per (proposer, match length): an ngram and a suffix match of one length are different bets."""
+    if lookup is None:
+        return None
+    trie = lookup.propose(DraftRequest(turn.target.committed, 1, LOOKUP_MAX_L))
+    if trie is None:
+        return None
+    key = (trie.source, lookup.matched)
+    L, speedup = gate.best_length(cm.target, key, trie.L)
+    return Bet(L, speedup, key, [trie.nodes[i].token for i in trie.path[0]])
+
+
+class AutoPolicy:
+    """`auto` as a policy (decode/speculative.Policy): `next` picks the iteration (a lookup
+    draft, the model drafter's setting, a stack of both, an AR probe, an AR cost check or
+    one plain step), `learn` teaches the gate, the acceptance estimate and the stack's gain
+    from its result and re-decides every RECHECK_EVERY iterations.
+
+    Every choice reads the history and earlier verifications, never the iteration's own
+    outcome, so every lossless verifier stays exact. It needs no model: the turn, the cost
+    model and the drafters are all it reads (tests/test_auto_policy.py drives it with
+    recorded outcomes)."""
+
+    def __init__(self, turn: Turn, cm: CostModel, model: Drafter | None, lookup: Drafter | None,
+                 stacks: AutoStack | None) -> None:
+        self.turn, self.cm, self.model, self.lookup, self.stacks = turn, cm, model, lookup, stacks
+        if cm.lookup is None:
+            cm.lookup = LookupGate()
+        self.gate: LookupGate = cm.lookup
+        self.settings = _decide(cm, turn) if model is not None else None
+        self.ran = [_ran(self.settings)]
+        self.since = 0  # iterations since the last decision
+        self.probe = False  # the plan in flight is an AR-phase probe of the model drafter
+
+    def next(self) -> IterationPlan:
+        turn, cm, settings = self.turn, self.cm, self.settings
+        wait = FIRST_PROBE if cm.acceptance.trials < 16 else PROBE_EVERY
+        # read when a probe is due (the curves heal as the turn runs), not on every iteration
+        self.probe = probe = (self.model is not None and settings is None and self.since >= wait
+                              and _could_pay(cm))
+        # before re-deciding, make sure the AR cost it compares with was seen live at least
+        # a few times (a speculating turn never decodes one token alone, and a cached AR
+        # cost that lies would otherwise never be corrected): a few AR steps per session
+        if settings is not None and self.since >= RECHECK_EVERY and _needs_ar(cm):
+            cm.ar_checks += 1
+            return IterationPlan(None, role="check")
+        # in a model phase the lookup drafts an iteration whose match is predicted to beat
+        # the model drafter's setting
+        bet = (lookup_bet(turn, cm, self.lookup, self.gate)
+               if settings is not None and not probe and turn.stats.predicted else None)
+        if bet is not None and bet.L and bet.speedup > turn.stats.predicted[-1][0]:
+            return self._lookup_plan(bet)
+        if settings is None and not probe:  # no model phase: a lookup where it pays, else AR
+            bet = lookup_bet(turn, cm, self.lookup, self.gate)
+            return self._lookup_plan(bet) if bet is not None and bet.L else IterationPlan(None, role="ar")
+        assert self.model is not None
+        st = settings or SpecSettings(one_draft_verifier(turn.cfg.sampling.greedy), 1, 4)
+        stacks = self.stacks
+        if stacks is not None:
+            stacks.begin()
+        if (stacks is not None and bet is not None and settings is not None
+                and stacks.pays(st, bet.key, bet.tokens, turn.stats.predicted[-1])):
+            return IterationPlan(st, stacks.stack, "stack", bet)
+        if bet is not None and turn.cfg.draft_hint and hasattr(self.model, "hint"):
+            # the draft model drafts; the lookup's continuation pre-evaluates what it likely
+            # drafts (propose ignores it where it cannot: K > 1, a recurrent draft)
+            self.model.hint = bet.tokens[: hint_length(self.gate.alpha(bet.key), cm.draft, st.L - 1)]  # type: ignore[attr-defined]
+        return IterationPlan(st, self.model, "model", bet)
+
+    def _lookup_plan(self, bet: Bet) -> IterationPlan:
+        """A lookup draft of the bet's length, verified by the one-draft verifier."""
+        st = SpecSettings(one_draft_verifier(self.turn.cfg.sampling.greedy), 1, bet.L)
+        return IterationPlan(st, self.lookup, "lookup", bet)
+
+    def learn(self, plan: IterationPlan, res: IterationResult | None) -> None:
+        cm, gate, bet = self.cm, self.gate, plan.bet
+        if plan.role == "lookup" and res is not None and res.drafted:
+            assert isinstance(bet, Bet)
+            gate.update(bet.key, res.decision.tau, res.drafted)
+            gate.overhead = 0.9 * gate.overhead + 0.1 * res.overhead_seconds
+        elif plan.role in ("model", "stack") and res is not None:
+            if plan.role == "stack":
+                assert self.stacks is not None and isinstance(bet, Bet) and self.stacks.stack.last is not None
+                self.stacks.learn_stack(bet.key, res, self.stacks.stack.last)
+            else:
+                assert self.model is not None and plan.settings is not None
+                self.model.learn(Outcome(res.decision.tau, res.drafted, res.confs))
+                if self.stacks is not None and isinstance(bet, Bet):
+                    self.stacks.learn_draft(bet.key, bet.tokens, plan.settings.L)
+            cm.overhead = 0.9 * cm.overhead + 0.1 * res.overhead_seconds
+        self.since += 1
+        if (self.settings is not None and self.since >= RECHECK_EVERY and not _needs_ar(cm)) or self.probe:
+            self.settings = _decide(cm, self.turn)
+            self.since = 0
+            now = _ran(self.settings)
+            if now != self.ran[-1]:
+                self.ran.append(now)
+                self.turn.stats.ran = " then ".join(self.ran[:3]) + (" ..." if len(self.ran) > 3 else "")
+        self._say()
+
+    def _say(self) -> None:
+        """The stats line's account of who drafted (the curves heal as the turn runs)."""
+        stats = self.turn.stats
+        stats.ar_estimate = self.cm.ar()
+        for source in stats.proposed:
+            if source not in stats.ran:
+                stats.ran += (f" + {source} lookups" if registry.is_lookup(source)
+                              else f" by {registry.spec(source).summary if source in registry.names() else source}")
+        if stats.stacked and "stacks" not in stats.ran:
+            stats.ran += " + stacks"
+
+
+def auto_policy(turn: Turn) -> AutoPolicy:
+    """The drafters auto may use this turn, from the registry, and the policy over them."""
+    cm = turn.costs
+    assert cm is not None, "auto needs a cost model"
+    # who may draft, in order ("ngram+draft" names both parts); auto stacks them where it
+    # pays unless a chain was asked for (--spec-type ngram,draft: one drafter per iteration)
+    kinds = turn.cfg.parts
+    may_stack = turn.cfg.spec_type is None or turn.cfg.stacked
+    # the model drafter's dynamic length and the cost model share one acceptance estimate:
+    # every verification teaches both. Where the draft model is named but absent, a drafter
+    # that stands in for it (the target's MTP head) drafts, if the session has one
+    model: Drafter | None = None
+    models = [k for k in kinds if not registry.is_lookup(k)]
+    if "draft" in models and turn.draft is None:
+        models += [k for k in registry.stand_ins() if k not in models]
+    for name in models:
+        model = registry.build(name, turn, cm)
+        if model is not None:
+            break
+    lookups = tuple(k for k in kinds if registry.is_lookup(k))
+    lookup = make_drafter(turn, lookups) if lookups else None
+    if cm.lookup is None:
+        cm.lookup = LookupGate()
+    # the third bet of a model phase: the lookup's draft beside the model's (stack.py)
+    stacks = (AutoStack(turn, lookup, model, cm.lookup)  # type: ignore[arg-type]
+              if may_stack and lookup is not None and AutoStack.possible(turn, model) else None)
+    policy = AutoPolicy(turn, cm, model, lookup, stacks)
+    if model is None:  # the runtime's note says why when there is a draft model (still timing)
+        why = turn.stats.choice_note or "no draft model"
+        turn.stats.choice_note = f"{why}: prompt lookup where it pays, else plain decoding"
+    elif model.name != "draft":
+        what = registry.spec(model.name).summary
+        turn.stats.choice_note = f"{what} drafts (no draft model): {turn.stats.choice_note}"
+    turn.stats.ran = policy.ran[0]
+    turn.stats.ar_estimate = cm.ar()
+    return policy
+
+
+def auto_loop(turn: Turn) -> Iterator[Event]:
+    """Run the cost model's choice; re-decide every RECHECK_EVERY iterations, probe while AR.
+
+    Where it runs plain decoding (the draft does not pay, or there is no draft), a lookup in
+    the turn's own history drafts instead whenever the gate predicts it pays."""
+    yield from drive(turn, auto_policy(turn))

@@ -1,0 +1,146 @@
+"""`auto` as a policy, decided without a model: recorded outcomes in, plans out.
+
+decode/policy/auto.AutoPolicy reads only the turn's history, the cost model's curves and
+estimates, and its drafters; here those are a namespace, hand-made curves, the real ngram
+lookup and a fake model drafter. Each test feeds the policy verification results as the
+loop would (`learn`) and checks the plan it asks for next (`next`): the AR phase and its
+probes, the AR cost checks of a speculative phase, the lookup-vs-draft-model choice, the
+gate learning from lookup iterations, and stacking where the learned gain buys its rows.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+import pytest
+
+from localspec.backend.memory import Memory
+from localspec.config import GenConfig, SamplingConfig
+from localspec.costmodel import CostCurve, CostModel
+from localspec.decode.drafters.base import MODEL, DrafterBase, Outcome
+from localspec.decode.drafters.lookup import NgramDrafter
+from localspec.decode.policy.auto import FIRST_PROBE, PROBE_EVERY, RECHECK_EVERY, AutoPolicy
+from localspec.decode.policy.stack import AutoStack
+from localspec.decode.speculative import IterationResult
+from localspec.decode.state import KVState
+from localspec.events import Stats
+from localspec.verify import Decision
+
+FLAT = CostCurve([1, 8, 16, 64], [0.010, 0.011, 0.012, 0.020])  # verifying 16 costs 1.2x one: a GPU's
+
+
+class FakeModel(DrafterBase):
+    """The draft model as the policy sees it: a name, a KV (for stacks), what it learned."""
+
+    name, kind = "draft", MODEL
+
+    def __init__(self) -> None:
+        self.draft = NS(memory=Memory.ATTENTION)  # type: ignore[assignment]
+        self.learned: list[Outcome] = []
+        self.hint: list[int] = []
+
+    def learn(self, outcome: Outcome) -> None:
+        self.learned.append(outcome)
+
+
+def make_turn(history: list[int], cm: CostModel, **cfg) -> NS:
+    cfg = GenConfig(method="auto", sampling=SamplingConfig(temp=0.0), auto_K=True, auto_L=True, **cfg)
+    target, draft = (KVState(NS(memory=Memory.ATTENTION, n_seq_max=8, n_batch=512)) for _ in range(2))
+    target.tokens = list(history)
+    return NS(cfg=cfg, stats=Stats(method="auto"), costs=cm, target=target, draft=draft)
+
+
+def result(tau: int, drafted: int, token: int = 0) -> IterationResult:
+    return IterationResult([], Decision(0, tau, token), drafted, [0.9] * drafted, 0.001, 0.01, 0.0005)
+
+
+def test_an_expensive_draft_decodes_plainly_and_never_probes():
+    cm = CostModel(FLAT, CostCurve([1, 8], [0.012, 0.05]))  # a draft step dearer than a target step
+    turn = make_turn([1, 2, 3, 4], cm)
+    policy = AutoPolicy(turn, cm, FakeModel(), None, None)
+    assert policy.settings is None and "speculation does not pay" in turn.stats.choice_note
+    for _ in range(3 * FIRST_PROBE):
+        plan = policy.next()
+        assert plan.settings is None and plan.role == "ar"
+        policy.learn(plan, None)
+
+
+def test_an_ar_phase_probes_the_draft_when_it_could_pay():
+    cm = CostModel(FLAT, CostCurve([1, 8], [0.002, 0.004]))
+    for _ in range(50):  # a draft that was wrong every time so far: AR for now
+        cm.acceptance.update(0, 4)
+    turn = make_turn([1, 2, 3, 4], cm)
+    model = FakeModel()
+    policy = AutoPolicy(turn, cm, model, None, None)
+    assert policy.settings is None
+    roles = []
+    for _ in range(PROBE_EVERY + 1):  # with this much evidence a probe waits PROBE_EVERY steps
+        plan = policy.next()
+        roles.append(plan.role)
+        policy.learn(plan, result(4, 4) if plan.role == "model" else None)
+    # AR until the probe is due, then one iteration of the model drafter, taught its outcome
+    assert roles == ["ar"] * PROBE_EVERY + ["model"]
+    assert model.learned == [Outcome(4, 4, [0.9] * 4)]
+
+
+def test_a_speculative_phase_checks_the_ar_cost_live_a_few_times():
+    cm = CostModel(FLAT, CostCurve([1, 8], [0.001, 0.002]))
+    turn = make_turn([1, 2, 3, 4], cm)
+    policy = AutoPolicy(turn, cm, FakeModel(), None, None)
+    assert policy.settings is not None and policy.settings.method == "sd"
+    roles = []
+    for _ in range(3 * (RECHECK_EVERY + 1)):
+        plan = policy.next()
+        roles.append(plan.role)
+        policy.learn(plan, result(3, 3) if plan.role == "model" else None)
+    assert roles[:RECHECK_EVERY] == ["model"] * RECHECK_EVERY
+    assert roles[RECHECK_EVERY] == "check" and cm.ar_checks >= 1  # the target's 1-token cost, seen live
+
+
+def test_the_lookup_drafts_where_its_bet_beats_the_draft_models_setting():
+    cm = CostModel(FLAT, CostCurve([1, 8], [0.004, 0.006]))
+    edit = [7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 5, 7, 8, 9]  # the tail 7 8 9 occurred before
+    turn = make_turn(edit, cm)
+    model, lookup = FakeModel(), NgramDrafter(2, 4)
+    policy = AutoPolicy(turn, cm, model, lookup, None)
+    assert policy.settings is not None
+    plan = policy.next()
+    # no evidence yet: the gate's optimism prices a 3-gram match above the draft's setting
+    assert plan.role == "lookup" and plan.drafter is lookup and plan.settings.K == 1
+    key = plan.bet.key
+    policy.learn(plan, result(plan.settings.L, plan.settings.L))
+    assert cm.lookup.trials[key] > 0 and cm.lookup.accepted[key] == plan.settings.L
+    # a lookup that keeps failing at this key loses the next iterations to the draft model
+    for _ in range(300):
+        cm.lookup.update(key, 0, 8)
+    assert policy.next().role == "model"
+
+
+def test_no_draft_model_means_lookups_or_plain_steps():
+    cm = CostModel(FLAT, CostCurve([1], [0.0]))
+    turn = make_turn([1, 2, 3, 1, 2], cm)
+    policy = AutoPolicy(turn, cm, None, NgramDrafter(2, 4), None)
+    plan = policy.next()
+    assert plan.role == "lookup" and plan.settings.L >= 1
+    turn.target.tokens = [1, 2, 3, 4]  # nothing repeats
+    assert policy.next().role == "ar"
+
+
+@pytest.mark.parametrize("gain,stacks", [(3.0, True), (0.0, False)])
+def test_it_stacks_where_the_learned_gain_buys_the_rows(gain, stacks):
+    cm = CostModel(FLAT, CostCurve([1, 8], [0.001, 0.002]))
+    edit = [7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 5, 7, 8, 9]
+    turn = make_turn(edit, cm)
+    model, lookup = FakeModel(), NgramDrafter(2, 4)
+    policy = AutoPolicy(turn, cm, model, lookup, None)
+    policy.stacks = AutoStack(turn, lookup, model, cm.lookup)  # type: ignore[arg-type]
+    key = ("ngram", 3)
+    for _ in range(300):  # the lookup alone is a poor bet at this key: the draft model drafts
+        cm.lookup.update(key, 0, 8)
+    if gain:
+        for _ in range(10):
+            cm.lookup.teach_gain(key, gain)
+    plan = policy.next()
+    assert plan.role == ("stack" if stacks else "model")
+    if stacks:
+        assert plan.drafter is policy.stacks.stack and plan.drafter.extra_drafts == 1
