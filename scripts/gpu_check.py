@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores, max 16)")
     p.add_argument("--write-tiny", type=Path, default=None, metavar="DIR",
-                   help="only write the tiny hybrid/recurrent pairs (tests/support/tiny_arch.py, byte vocabulary) into DIR")
+                   help="only write the tiny hybrid/recurrent pairs (tests/support/tiny_gguf, byte vocabulary) into DIR")
     a = p.parse_args(argv)
     if a.write_tiny is not None:
         return write_tiny_pairs(a.write_tiny)
@@ -195,16 +195,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def write_tiny_pairs(d: Path) -> int:
     """Tiny qwen35 (hybrid, snapshots) and mamba2 (recurrent) targets and near-copy drafts,
-    and a qwen35 with an MTP block the target partly agrees with (tiny_arch's echo)."""
+    and a qwen35 with an MTP block the target partly agrees with (tiny_gguf's echo)."""
     sys.path.insert(0, str(ROOT))
-    from tests.support.tiny_arch import DRAFT_NOISE, byte_tokenizer, write_tiny
+    from tests.support.tiny_gguf import byte_tokenizer, write_memory_kinds
 
-    d.mkdir(parents=True, exist_ok=True)
-    tok = byte_tokenizer()
-    for arch in ("qwen35", "mamba2"):
-        write_tiny(d / f"{arch}.gguf", arch, tok, seed=0)
-        write_tiny(d / f"{arch}-draft.gguf", arch, tok, seed=0, noise=DRAFT_NOISE)
-    write_tiny(d / "qwen35-mtp.gguf", "qwen35", tok, seed=0, nextn=1, echo=0.1)
+    write_memory_kinds(d, byte_tokenizer(), ("qwen35", "mamba2"), mtp_echo=0.1)
     return 0
 
 

@@ -94,7 +94,7 @@ prepare() {
     cp "$cache"/wheels/*.whl "$dir/wheels/"
     tar -C "$root" --exclude=__pycache__ -czf "$dir/localspec-src.tar.gz" localspec pyproject.toml README.md \
         models.toml scripts/gpu_check.sh scripts/gpu_check.py scripts/gpu_check_gguf.py \
-        tests/support/tiny_arch.py tests/support/tiny_qwen3.py bench/results/speed-q4-greedy.json
+        tests/support/tiny_gguf bench/results/speed-q4-greedy.json
     cp "$SELF" "$dir/gpu_check.sh"
     local bytes
     bytes=$(du -sb "$dir" | cut -f1)

@@ -7,8 +7,9 @@ For `localspec bench memory` and for trying a memory kind by hand, e.g.
     localspec run -m DIR/qwen35.gguf -md DIR/qwen35-draft.gguf -p "hi" -n 32 --temp 0 --explain
 Files: ARCH.gguf (seed 0) and ARCH-draft.gguf (the same weights + noise: a near-copy draft
 that agrees part of the time) for qwen35 (hybrid), mamba2 (recurrent), gemma3 (sliding
-window), qwen3moe (MoE), qwen35-mtp.gguf (one nextn layer). Needs the Qwen2.5 0.5B GGUF
-for its vocabulary (fetched into the localspec cache when missing) and the `gguf` package.
+window), qwen3moe (MoE), qwen35-mtp.gguf (one nextn layer): the set tests/conftest.py's
+`tiny` fixture writes (tests/support/tiny_gguf). Needs the Qwen2.5 0.5B GGUF for its
+vocabulary (fetched into the localspec cache when missing) and the `gguf` package.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a plain checkout
 
 from localspec.models import resolve_model  # noqa: E402
-from tests.support.tiny_arch import DRAFT_NOISE, read_qwen25_tokenizer, write_tiny  # noqa: E402
+from tests.support.tiny_gguf import read_qwen25_tokenizer, write_memory_kinds  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -27,12 +28,7 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip())
         return 0
     d = Path(argv[0] if argv else "bench/results/tmp/tiny")
-    d.mkdir(parents=True, exist_ok=True)
-    tok = read_qwen25_tokenizer(resolve_model("qwen2.5-coder-0.5b"))
-    for arch in ("qwen35", "mamba2", "gemma3", "qwen3moe"):
-        write_tiny(d / f"{arch}.gguf", arch, tok, seed=0)
-        write_tiny(d / f"{arch}-draft.gguf", arch, tok, seed=0, noise=DRAFT_NOISE)
-    write_tiny(d / "qwen35-mtp.gguf", "qwen35", tok, seed=0, nextn=1)
+    write_memory_kinds(d, read_qwen25_tokenizer(resolve_model("qwen2.5-coder-0.5b")))
     print(f"wrote tiny models into {d}")
     return 0
 

@@ -48,18 +48,14 @@ def smollm2_q4_0_path(smollm2_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory) -> dict[str, Path]:
-    """Tiny random-weight GGUFs of each memory kind (tests/support/tiny_arch.py), written once per
+    """Tiny random-weight GGUFs of each memory kind (tests/support/tiny_gguf), written once per
     session: Per arch a target (seed 0) and its near-copy draft; `other` is an unrelated qwen3."""
-    from tests.support.tiny_arch import DRAFT_NOISE, read_qwen25_tokenizer, write_tiny
+    from tests.support.tiny_gguf import read_qwen25_tokenizer, write_memory_kinds, write_tiny
 
     d = tmp_path_factory.mktemp("tiny_arch")
     tok = read_qwen25_tokenizer(resolve_model("qwen2.5-coder-0.5b"))  # its vocabulary (fetched once)
-    files = {}
-    for arch in ("qwen35", "mamba2", "gemma3", "qwen3moe"):
-        files[arch] = write_tiny(d / f"{arch}.gguf", arch, tok, seed=0)
-        files[arch + "-draft"] = write_tiny(d / f"{arch}-draft.gguf", arch, tok, seed=0, noise=DRAFT_NOISE)
-    # the same trunk with one MTP (nextn) block, drafted for by the same near-copy
-    files["qwen35-mtp"] = write_tiny(d / "qwen35-mtp.gguf", "qwen35", tok, seed=0, nextn=1)
+    files = write_memory_kinds(d, tok)
+    # qwen35-mtp is the same trunk with one MTP (nextn) block, drafted for by the same near-copy
     files["qwen35-mtp-draft"] = files["qwen35-draft"]
     files["other"] = write_tiny(d / "other.gguf", "qwen3", tok, seed=7)
     return files

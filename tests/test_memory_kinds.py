@@ -3,7 +3,7 @@
 localspec once assumed attention KV everywhere; on a hybrid model (Qwen3.5's gated delta net
 + attention) a partial acceptance left the main sequence's recurrent state at the branch's
 last token, and the text departed from the target's. These tests run every offered method
-on tiny random-weight models of each memory kind (tests/support/tiny_arch.py) -- hybrid (`qwen35`,
+on tiny random-weight models of each memory kind (tests/support/tiny_gguf) -- hybrid (`qwen35`,
 which has llama.cpp's state snapshots), purely recurrent (`mamba2`, which has none: the
 branch path), sliding window (`gemma3`, a window of 8 tokens that 60 tokens cross) and MoE
 (`qwen3moe`) -- as target, as draft and as both, and require AR's greedy tokens, token for

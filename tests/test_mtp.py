@@ -40,7 +40,7 @@ _models: dict[str, Model] = {}
 def tiny(tmp_path_factory) -> dict[str, Path]:
     """qwen35-mtp (a random head), qwen35-mtp-echo (a head the target partly agrees with),
     qwen35 (no head)."""
-    from tests.support.tiny_arch import byte_tokenizer, write_tiny
+    from tests.support.tiny_gguf import byte_tokenizer, write_tiny
 
     d, tok = tmp_path_factory.mktemp("tiny_mtp"), byte_tokenizer()
     return {"qwen35-mtp": write_tiny(d / "qwen35-mtp.gguf", "qwen35", tok, seed=0, nextn=1),

@@ -4,7 +4,7 @@ A recurrent state is one per sequence and cannot lose a span, so a slot on such 
 two sequences of the shared context (its main state and one branch), and rolls a rejected
 draft back with llama.cpp's per-sequence snapshots where the arch keeps them (qwen35), or
 adopts a branch whole (mamba2). These tests run three slots at once, two turns each, on tiny
-random-weight models (tests/support/tiny_arch.py), whose greedy text turns on every bit of
+random-weight models (tests/support/tiny_gguf), whose greedy text turns on every bit of
 the state: a slot that read another's state, or rolled its own back wrong, would leave AR's
 text within a few tokens.
 """

@@ -2,7 +2,7 @@
 rule, the server's reasoning_content, `run --json`, sampling defaults, the vocab check.
 
 Real generation runs on tiny random-weight GGUFs of llama.cpp's qwen3 architecture
-(tests/support/tiny_qwen3.py: Qwen2.5's tokenizer + Qwen3's <think> tokens, written once per
+(tests/support/tiny_gguf: Qwen2.5's tokenizer + Qwen3's <think> tokens, written once per
 session): "target" has Qwen3's template, "r1" a DeepSeek-R1-style one whose generation
 prompt opens the block (so a random model "thinks" from its first token), "draft" is the
 target's weights with 10 % noise (it agrees part of the time), "pad128"/"pad129" have 128 /
@@ -33,7 +33,7 @@ from localspec.thinking.split import (
     strip_reasoning,
     thinking_kwargs,
 )
-from tests.support import tiny_qwen3 as tq
+from tests.support import tiny_gguf as tg
 from tests.support.helpers import model, session
 
 HI = [{"role": "user", "content": "hello"}]
@@ -54,15 +54,15 @@ def files(tmp_path_factory) -> Files:
     from localspec.models import resolve_model
 
     d = tmp_path_factory.mktemp("tiny_qwen3")
-    tok = tq.read_qwen25_tokenizer(resolve_model("qwen2.5-coder-0.5b"))  # its vocabulary (fetched once)
+    tok = tg.read_qwen25_tokenizer(resolve_model("qwen2.5-coder-0.5b"))  # its vocabulary (fetched once)
     n = len(tok.tokens)
     return Files(
-        target=tq.write_tiny_qwen3(d / "target.gguf", tok, seed=0),
-        draft=tq.write_tiny_qwen3(d / "draft.gguf", tok, seed=0, noise=0.1),
-        r1=tq.write_tiny_qwen3(d / "r1.gguf", tok, seed=0, template=tq.OPEN_THINK_TEMPLATE,
-                               sampling={"temp": 0.6, "top_k": 20}),
-        pad128=tq.write_tiny_qwen3(d / "pad128.gguf", tok, seed=2, n_vocab=n - 128),
-        pad129=tq.write_tiny_qwen3(d / "pad129.gguf", tok, seed=2, n_vocab=n - 129),
+        target=tg.write_tiny(d / "target.gguf", "qwen3", tok, seed=0),
+        draft=tg.write_tiny(d / "draft.gguf", "qwen3", tok, seed=0, noise=0.1),
+        r1=tg.write_tiny(d / "r1.gguf", "qwen3", tok, seed=0, template=tg.OPEN_THINK_TEMPLATE,
+                         sampling={"temp": 0.6, "top_k": 20}),
+        pad128=tg.write_tiny(d / "pad128.gguf", "qwen3", tok, seed=2, n_vocab=n - 128),
+        pad129=tg.write_tiny(d / "pad129.gguf", "qwen3", tok, seed=2, n_vocab=n - 129),
     )
 
 

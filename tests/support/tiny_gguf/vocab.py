@@ -1,18 +1,15 @@
-"""A tiny random-weight GGUF of llama.cpp's `qwen3` architecture, for thinking-model tests.
+"""Vocabularies and chat templates for the tiny GGUFs.
 
-No Qwen3 weights are on this machine, and the tests need only three things a real Qwen3 has:
-its architecture (so llama.cpp runs its graph), its vocabulary (Qwen2.5's 151,936 tokens
-where ids 151665..151668 are `<tool_response>`, `</tool_response>`, `<think>`, `</think>`,
-exactly where Qwen3 puts them), and its chat template's thinking structure
-(`enable_thinking`, the `<think>` block of the last assistant turn). The tokenizer is copied
-from the cached Qwen2.5 GGUF (read with gguf.GGUFReader, ~10 s on 2 cores: once per test
-session); the weights are random (2 layers, 32 wide), so the text is gibberish but every
-decoding method runs on it, a second file with another seed is a draft with the same vocab,
-and `n_vocab` can be cut by padding tokens to test the vocabulary check.
-
-The think tokens are USER_DEFINED (token type 4), as in Qwen3's own GGUFs (its tokenizer
-marks them `special: false`): llama.cpp parses them as one token and renders their text, so
-they appear in the visible answer, which is what the reasoning splitter reads.
+- `read_qwen25_tokenizer`: Qwen2.5's byte-level BPE (151,936 tokens) copied from the cached
+  Qwen2.5 GGUF (gguf.GGUFReader, ~7-10 s on 2 cores: once per test session), with Qwen3's
+  four added tokens in place of padding: ids 151665..151668 are `<tool_response>`,
+  `</tool_response>`, `<think>`, `</think>`, exactly where Qwen3 puts them. They are
+  USER_DEFINED (token type 4), as in Qwen3's own GGUFs (its tokenizer marks them
+  `special: false`): llama.cpp parses each as one token and renders its text, so they appear
+  in the visible answer, which is what the reasoning splitter reads.
+- `byte_tokenizer`: 259 GPT-2 byte-level tokens, no cached model needed (the offline GPU check).
+- `spm_vocab`: a synthetic SentencePiece-style vocabulary (byte tokens + placeholders) of any
+  size, for the Qwen2.5-shaped files (shapes.py).
 """
 
 from __future__ import annotations
@@ -20,13 +17,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 QWEN25_GGUF = Path.home() / ".cache" / "localspec" / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
 # Qwen3's additions to the Qwen2.5 vocabulary (ids from Qwen3's tokenizer.json)
 QWEN3_ADDED = {151665: "<tool_response>", 151666: "</tool_response>", 151667: "<think>", 151668: "</think>"}
 USER_DEFINED = 4
+
+# Plain ChatML: the template of every tiny architecture but qwen3.
+CHATML_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 # Qwen3's chat template (the thinking parts, tools left out), as shipped with Qwen3 GGUFs:
 # a past assistant turn before the last user query keeps only its answer; the last turn
@@ -105,9 +106,9 @@ class Tokenizer:
 
 def read_qwen25_tokenizer(path: Path = QWEN25_GGUF) -> Tokenizer:
     """Qwen2.5's tokenizer with Qwen3's four added tokens in place of padding."""
-    import gguf
+    from .layers import load_gguf
 
-    r = gguf.GGUFReader(str(path))
+    r = load_gguf().GGUFReader(str(path))
 
     def strings(key: str) -> list[bytes]:
         f = r.fields[key]
@@ -126,8 +127,26 @@ def read_qwen25_tokenizer(path: Path = QWEN25_GGUF) -> Tokenizer:
                      scalar("tokenizer.ggml.bos_token_id"), scalar("tokenizer.ggml.padding_token_id"))
 
 
+def byte_tokenizer() -> Tokenizer:
+    """A 259-token GPT-2 byte-level vocabulary (the 256 bytes + ChatML's markers + EOS) with
+    one merge (llama.cpp's BPE loader needs at least one): a ~0.2 MB tiny file that needs no
+    cached model, for places that cannot read Qwen2.5's tokenizer (the offline GPU check)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    to_char, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            to_char[b] = chr(b)
+        else:
+            to_char[b] = chr(256 + extra)
+            extra += 1
+    tokens = [to_char[b].encode() for b in range(256)] + [b"<|im_start|>", b"<|im_end|>", b"<|endoftext|>"]
+    types = [1] * 256 + [3, 3, 3]  # normal, then control
+    merges = [f"{to_char[ord('a')]} {to_char[ord('b')]}".encode()]
+    return Tokenizer(tokens, types, merges, eos=257, bos=258, pad=258)
+
+
 def write_tokenizer(w, tok: Tokenizer, n_vocab: int, template: str) -> None:
-    """The tokenizer keys (Qwen2.5's BPE, its first n_vocab tokens) and the chat template."""
+    """The tokenizer keys (a GPT-2-style BPE, its first n_vocab tokens) and the chat template."""
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2")
     w.add_token_list(tok.tokens[:n_vocab])
@@ -140,75 +159,24 @@ def write_tokenizer(w, tok: Tokenizer, n_vocab: int, template: str) -> None:
     w.add_chat_template(template)
 
 
-def write_tiny_qwen3(
-    path: Path,
-    tok: Tokenizer,
-    *,
-    seed: int = 0,
-    n_layer: int = 2,
-    n_embd: int = 32,
-    n_vocab: int | None = None,
-    template: str = QWEN3_TEMPLATE,
-    sampling: dict[str, float] | None = None,
-    noise: float = 0.0,
-    noise_seed: int = 1,
-) -> Path:
-    """Write a random-weight qwen3 GGUF (F16 embedding and head, F32 elsewhere; ~20 MB).
+def spm_vocab(n: int) -> tuple[list[str], list[float], list[int]]:
+    """<unk> <s> </s>, the 256 byte tokens, then placeholders: a vocabulary llama.cpp loads."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    types_ = [2, 3, 3] + [6] * 256  # unknown, control, control, byte
+    tokens += [f"\u2581w{i}" for i in range(n - len(tokens))]
+    types_ += [1] * (n - len(types_))
+    scores = [0.0] * 259 + [-float(i) for i in range(n - 259)]
+    return tokens, scores, types_
 
-    n_vocab < len(tok.tokens) drops trailing (padding) tokens: two such files differ only
-    by padding, like Qwen2.5's 151,936 vs 152,064. `sampling` writes llama.cpp's
-    general.sampling.* keys (temp, top_k, top_p, min_p). `noise` > 0 perturbs the weights
-    of `seed` (relative std): a related draft that agrees with that target part of the time.
-    """
-    import gguf
 
-    n_vocab = n_vocab or len(tok.tokens)
-    n_head, n_head_kv, head_dim, n_ff = 2, 1, 16, 64
-    rng = np.random.default_rng(seed)
-    noise_rng = np.random.default_rng(noise_seed)
-    w = gguf.GGUFWriter(str(path), "qwen3")
-    w.add_name(f"tiny-qwen3-seed{seed}")
-    w.add_block_count(n_layer)
-    w.add_context_length(4096)
-    w.add_embedding_length(n_embd)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_rope_dimension_count(head_dim)
-    w.add_rope_freq_base(1_000_000.0)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    write_tokenizer(w, tok, n_vocab, template)
-    for key, value in (sampling or {}).items():
-        getattr(w, f"add_sampling_{key}")(value)
-
-    def rand(*shape: int, std: float) -> np.ndarray:
-        x = rng.standard_normal(shape)
-        if noise:
-            x += noise * noise_rng.standard_normal(shape)
-        return (x * std).astype(np.float32)
-
-    w.add_tensor("token_embd.weight", rand(n_vocab, n_embd, std=1.0).astype(np.float16))
-    w.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
-    # an untied random head: with tied embeddings a random model just repeats its last token
-    w.add_tensor("output.weight", rand(n_vocab, n_embd, std=0.5).astype(np.float16))
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", np.ones(n_embd, np.float32))
-        w.add_tensor(p + "attn_q.weight", rand(n_head * head_dim, n_embd, std=n_embd ** -0.5))
-        w.add_tensor(p + "attn_k.weight", rand(n_head_kv * head_dim, n_embd, std=n_embd ** -0.5))
-        w.add_tensor(p + "attn_v.weight", rand(n_head_kv * head_dim, n_embd, std=n_embd ** -0.5))
-        w.add_tensor(p + "attn_output.weight", rand(n_embd, n_head * head_dim, std=(n_head * head_dim) ** -0.5))
-        w.add_tensor(p + "attn_q_norm.weight", np.ones(head_dim, np.float32))
-        w.add_tensor(p + "attn_k_norm.weight", np.ones(head_dim, np.float32))
-        w.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, np.float32))
-        w.add_tensor(p + "ffn_gate.weight", rand(n_ff, n_embd, std=n_embd ** -0.5))
-        w.add_tensor(p + "ffn_up.weight", rand(n_ff, n_embd, std=n_embd ** -0.5))
-        w.add_tensor(p + "ffn_down.weight", rand(n_embd, n_ff, std=n_ff ** -0.5))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+def write_spm_tokenizer(w, n_vocab: int) -> None:
+    """spm_vocab(n_vocab) as a llama-style (SentencePiece) tokenizer: BOS 1, EOS 2, UNK 0."""
+    toks, scores, ttypes = spm_vocab(n_vocab)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(toks)
+    w.add_token_scores(scores)
+    w.add_token_types(ttypes)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
