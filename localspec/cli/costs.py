@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from localspec.costmodel.curves import CostCurve, cache_dir
+from localspec.errors import LocalspecError
 
 
 def _curves() -> list[tuple[Path, CostCurve | None]]:
@@ -56,7 +57,11 @@ def cmd_show(a: argparse.Namespace) -> int:
 def cmd_clear(a: argparse.Namespace) -> int:
     files = [p for p, _ in _curves()] + (sorted(cache_dir().glob("accept-*.json")) if a.all else [])
     for p in files:
-        p.unlink(missing_ok=True)
+        try:
+            p.unlink(missing_ok=True)
+        except OSError as e:  # a read-only (shared, packaged) cache: one line, not a traceback
+            raise LocalspecError(f"cannot drop {p}: {e.strerror or e}; this cache cannot be written "
+                                 "(point LOCALSPEC_HOME at a writable directory to time anew)") from None
     kept = "" if a.all else " (acceptance history kept: --all drops it too)"
     print(f"dropped {len(files)} cached file(s) from {cache_dir()}{kept}; the next `auto` run re-times")
     return 0

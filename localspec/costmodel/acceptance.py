@@ -7,13 +7,11 @@ draft length reads (the draft's own probability is a poor guess of acceptance).
 
 from __future__ import annotations
 
-import json
-import os
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from localspec.backend import Context
+from localspec.costmodel import store
 from localspec.costmodel.curves import cache_dir
 
 PRIOR_ALPHA = 0.7  # acceptance prior for a same-family pair before anything is measured
@@ -71,23 +69,22 @@ class Acceptance:
 
     def load(self, path: Path) -> None:
         """Start from what this pair achieved before (acceptance is a property of the pair)."""
+        d = store.read_json(path)  # what this process could not write, else the file
+        if d is None:
+            return
         try:
-            d = json.loads(path.read_text())
             self.accepted, self.trials = float(d["accepted"]), float(d["trials"])
             bins = d.get("bins")
             if isinstance(bins, list) and len(bins) == N_BINS:
                 self.bin_accepted = [float(a) for a, _ in bins]
                 self.bin_trials = [float(t) for _, t in bins]
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             pass
 
     def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # one temporary file per writer: the slots of `serve -np N` save the same estimate
-        tmp = path.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}")
+        """On disk, or in memory for this process where the cache cannot be written (store.py)."""
         bins = [[a, t] for a, t in zip(self.bin_accepted, self.bin_trials, strict=True)]
-        tmp.write_text(json.dumps({"accepted": self.accepted, "trials": self.trials, "bins": bins}))
-        os.replace(tmp, path)
+        store.write_json(path, {"accepted": self.accepted, "trials": self.trials, "bins": bins})
 
 
 def _bin(conf: float) -> int:

@@ -16,10 +16,8 @@ clear` re-time on request.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
-import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -28,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from localspec.backend import Context
+from localspec.costmodel import store
 
 # every size a draft block can take (1 + up to 16 drafted tokens, a few drafts' tries), then
 # coarse: the F16 target's cost is not smooth in n (2 threads: 8 tokens 151 ms, 9 tokens
@@ -213,20 +212,19 @@ def load_curve(ctx: Context) -> CostCurve | None:
     """The cached curve of this model and placement, None when there is none (or it is
     unreadable). A stale one is returned as it is, healed sizes and level included: it
     keeps healing, and only --recalibrate re-times it (the module docstring)."""
-    path = curve_path(ctx)
-    try:
-        c = CostCurve.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
+    d = store.read_json(curve_path(ctx))  # what this process could not write, else the file
+    if d is None:
         return None
-    return c
+    try:
+        return CostCurve.from_json(d)
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def save_curve(ctx: Context, c: CostCurve) -> None:
-    path = curve_path(ctx)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}")  # slots save at once
-    tmp.write_text(json.dumps(c.to_json()))
-    os.replace(tmp, path)
+    """Cache the curve: on disk, or in memory for this process where the cache directory
+    cannot be written (a read-only LOCALSPEC_HOME; store.py warns once)."""
+    store.write_json(curve_path(ctx), c.to_json())
     c.dirty = False
 
 

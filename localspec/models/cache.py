@@ -77,8 +77,13 @@ def write_sidecar(model_file: Path, **fields: Any) -> None:
     data.update(fields)
     target = sidecar_path(model_file)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, target)
+    try:
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, target)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def stamp_for(path: Path) -> dict[str, int]:
@@ -87,10 +92,17 @@ def stamp_for(path: Path) -> dict[str, int]:
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def mark_verified(path: Path, sha256: str, **extra: Any) -> None:
-    """Record that `path` hashed to `sha256` in its current state."""
-    write_sidecar(path, sha256=sha256, size=path.stat().st_size, verified=stamp_for(path),
-                  verified_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra)
+def mark_verified(path: Path, sha256: str, **extra: Any) -> bool:
+    """Record that `path` hashed to `sha256` in its current state; False when the sidecar
+    cannot be written. A read-only cache (a shared or packaged LOCALSPEC_HOME whose files
+    were copied, so their stamps are stale) still serves its models: the file is verified,
+    only the record is missing, so the next start hashes it again (issue 43)."""
+    try:
+        write_sidecar(path, sha256=sha256, size=path.stat().st_size, verified=stamp_for(path),
+                      verified_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra)
+    except OSError:
+        return False
+    return True
 
 
 def stamp_is_fresh(path: Path, sha256: str | None) -> bool:
