@@ -192,3 +192,14 @@ def test_argparse_error_is_one_line_in_process(capsys) -> None:
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "usage:" not in err
+
+
+def test_stdin_closed_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """`run -f -` with file descriptor 0 closed (`<&-`): Python's sys.stdin is None, which
+    was an AttributeError traceback; checked before any model loads (none is named here)."""
+    cmd = [sys.executable, "-m", "localspec.cli", "run", "-m", str(tmp_path / "none.gguf"), "-f", "-"]
+    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+                       preexec_fn=lambda: os.close(0))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert len(lines) == 1 and lines[0].startswith("error:") and "stdin is closed" in lines[0], lines

@@ -54,13 +54,27 @@ def arg_text(value: str, what: str) -> str:
     return decode_utf8(raw, what)
 
 
+def _stdin_bytes() -> bytes:
+    """All of stdin. Python sets sys.stdin to None when file descriptor 0 was closed at
+    start (`localspec run -f - <&-`): that is bad input, said in one line, not an
+    AttributeError."""
+    stdin = sys.stdin
+    if stdin is None or getattr(stdin, "buffer", None) is None:
+        raise ConfigError("cannot read the prompt from stdin (-f -): stdin is closed; "
+                          "pipe the prompt in, or pass -f PATH or -p TEXT")
+    try:
+        return stdin.buffer.read()
+    except ValueError:  # closed from Python's side
+        raise ConfigError("cannot read the prompt from stdin (-f -): stdin is closed") from None
+
+
 def read_prompt(a: argparse.Namespace) -> str:
     """The prompt of `localspec run` (-p TEXT, -f PATH, or -f - for stdin) under the rule."""
     if a.file is not None:
         what = "the prompt on stdin" if a.file == "-" else f"prompt file {a.file}"
         try:
             if a.file == "-":
-                raw = sys.stdin.buffer.read()
+                raw = _stdin_bytes()
             else:
                 with open(a.file, "rb") as fh:
                     raw = fh.read()
