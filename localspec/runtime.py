@@ -212,7 +212,7 @@ class RuntimeSession:
         return self.chat(prompt, cfg) if chat else self.generate(prompt, cfg)
 
     def render(self, messages: Sequence[Message], *, template_kwargs: Mapping[str, object] | None = None) -> str:
-        return self.template.render([dict(m) for m in messages], add_generation_prompt=True, **(template_kwargs or {}))
+        return self.template.render([dict(m) for m in messages], add_generation_prompt=True, template_kwargs=template_kwargs)
 
     def tokenize(self, text: str) -> list[int]:
         return self.target_model.tokenize(text, add_special=True, parse_special=False)

@@ -7,6 +7,9 @@ throws ~2,500 of them at a uvicorn server on the SmolLM2 pair. Generations are c
 two tokens (the harness lowers any valid token budget it produced) so the file runs in
 well under a minute. After the barrage: nothing was logged at ERROR or with a traceback,
 and the server still answers /health and a valid request.
+
+Hand-written shapes beside the barrage (issue 43): chat_template_kwargs that collide with
+what the renderer passes itself (400 naming the key, never a 500).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from localspec.server.body import MAX_DEPTH, loads, nesting_depth
 from localspec.server.errors import ApiError
 from localspec.server.fields import HARMLESS, NEUTRAL
 from localspec.server.schema import CHAT_FIELDS, COMPLETION_FIELDS, Limits
+from localspec.server.thinking import RESERVED_TEMPLATE_NAMES
 from tests.support.helpers import session
 from tests.test_server import ServerThread, error_of
 
@@ -267,3 +271,32 @@ def test_body_checks_directly():
     with pytest.raises(ApiError) as e:
         loads(b'{"a": [1, "\\ud83d"]}')
     assert e.value.param == "a[1]"
+
+
+# ------------------------------------------------------------------------------ issue 43 shapes
+HI = [{"role": "user", "content": "hi"}]
+
+
+def test_server_reserves_what_the_renderer_passes():
+    from localspec.backend.chat import RESERVED
+
+    assert RESERVED_TEMPLATE_NAMES == RESERVED  # the server's copy (it may not import the backend)
+
+
+@pytest.mark.parametrize("key", sorted(RESERVED_TEMPLATE_NAMES))
+def test_template_kwargs_collisions_are_400(fuzz_srv, records, key):
+    for value in ([{"role": "user", "content": "x"}], "x", True, None):
+        r = httpx.post(fuzz_srv.url + "/v1/chat/completions", timeout=60,
+                       json={"messages": HI, "max_tokens": 1, "chat_template_kwargs": {key: value}})
+        assert r.status_code == 400, (key, value, r.text[:300])
+        err = error_of(r)
+        assert err["param"] == f"chat_template_kwargs.{key}" and err["code"] == "reserved_parameter"
+        assert repr(key) in err["message"] and err["type"] == "invalid_request_error"
+
+
+def test_other_template_kwargs_reach_the_template_harmlessly(fuzz_srv, records):
+    """Names the renderer does not pass are the template's business (SmolLM2's reads none);
+    a template that fails on one answers 400 (tests/test_server_tokens.py)."""
+    ok = httpx.post(fuzz_srv.url + "/v1/chat/completions", timeout=60,
+                    json={"messages": HI, "max_tokens": 1, "chat_template_kwargs": {"tools": 5, "x": {"y": [1]}}})
+    assert ok.status_code == 200, ok.text  # unused kwargs reach the template harmlessly

@@ -7,12 +7,14 @@ a ChatML fallback covers models without one.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 from functools import lru_cache
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from localspec.backend.model import Model
+from localspec.errors import ConfigError, LocalspecError
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -20,16 +22,34 @@ CHATML = (
 )
 
 
+# what render() itself passes the template; a chat_template_kwargs key among these would
+# collide with it (a TypeError before: "got multiple values") or shadow a global the
+# template calls, so it is refused (ConfigError naming the key; the server answers 400)
+PASSED = ("messages", "add_generation_prompt", "bos_token", "eos_token")
+
+
+class ChatTemplateError(LocalspecError):
+    """The chat template refused these messages or kwargs (its raise_exception, a value of
+    the wrong type for it): input the caller can fix, not an engine failure."""
+
+
 def _raise(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)
 
 
-@lru_cache(maxsize=8)
-def _compile(source: str) -> jinja2.Template:
+def _env() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
-    return env.from_string(source)
+    return env
+
+
+RESERVED = frozenset(PASSED) | frozenset(_env().globals)  # jinja's own globals too (range, namespace, ...)
+
+
+@lru_cache(maxsize=8)
+def _compile(source: str) -> jinja2.Template:
+    return _env().from_string(source)
 
 
 class ChatTemplate:
@@ -41,15 +61,25 @@ class ChatTemplate:
         self.eos_text = model.token_text(model.eos).decode("utf-8", "replace") if model.eos >= 0 else ""
         self._template = _compile(self.source)
 
-    def render(self, messages: list[dict[str, str]], add_generation_prompt: bool = True, **extra: object) -> str:
+    def render(self, messages: list[dict[str, str]], add_generation_prompt: bool = True,
+               template_kwargs: Mapping[str, object] | None = None) -> str:
         """Prompt text for these messages (the template decides whether to include BOS).
 
-        `extra` reaches the template as variables (chat_template_kwargs such as
-        enable_thinking), as llama-server passes them."""
-        return self._template.render(
-            **extra,
-            messages=messages,
-            add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_text,
-            eos_token=self.eos_text,
-        )
+        `template_kwargs` reach the template as variables (chat_template_kwargs such as
+        enable_thinking), as llama-server passes them; a name in RESERVED is refused (a
+        mapping, not **kwargs: a colliding name must reach this check, not fail the call)."""
+        extra = dict(template_kwargs or {})
+        taken = sorted(RESERVED & set(extra))
+        if taken:
+            raise ConfigError(f"template kwarg {taken[0]!r} is reserved: the chat template gets it from "
+                              f"localspec itself (reserved: {', '.join(sorted(RESERVED))})")
+        try:
+            return self._template.render(
+                **extra,
+                messages=messages,
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_text,
+                eos_token=self.eos_text,
+            )
+        except Exception as e:  # noqa: BLE001 - the template ran on the caller's input
+            raise ChatTemplateError(f"the chat template refused this request: {type(e).__name__}: {e}") from e

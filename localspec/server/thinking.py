@@ -52,9 +52,27 @@ def reasoning_budget(body: Mapping[str, object], default: int | None) -> int | N
     return None if value is None or value < 0 else value
 
 
+# what localspec's renderer gives the chat template itself (backend/chat.py RESERVED: its
+# own variables and the template's globals); tests/test_server_fuzz.py keeps the two equal
+RESERVED_TEMPLATE_NAMES = frozenset({
+    "messages", "add_generation_prompt", "bos_token", "eos_token", "raise_exception", "strftime_now",
+    "range", "dict", "lipsum", "cycler", "joiner", "namespace",
+})
+
+
 def check_template_kwargs(kwargs: Mapping[str, object] | None) -> None:
-    """enable_thinking must be a boolean (llama-server refuses a string too)."""
-    if kwargs and "enable_thinking" in kwargs and not isinstance(kwargs["enable_thinking"], bool):
+    """enable_thinking must be a boolean (llama-server refuses a string too); a name the
+    renderer passes itself (`messages`, `bos_token`, ...) is refused with a 400 naming it
+    (llama-server lets it override the template's variable; here it used to be a 500)."""
+    if not kwargs:
+        return
+    taken = sorted(RESERVED_TEMPLATE_NAMES & set(kwargs))
+    if taken:
+        param = f"chat_template_kwargs.{taken[0]}"
+        raise invalid(param, f"Invalid '{param}': {taken[0]!r} is set by the server itself when it renders the "
+                      f"chat template and cannot be passed (reserved: {', '.join(sorted(RESERVED_TEMPLATE_NAMES))})",
+                      code="reserved_parameter")
+    if "enable_thinking" in kwargs and not isinstance(kwargs["enable_thinking"], bool):
         raise wrong_type("chat_template_kwargs.enable_thinking", "a boolean", kwargs["enable_thinking"])
 
 
