@@ -9,7 +9,10 @@ well under a minute. After the barrage: nothing was logged at ERROR or with a tr
 and the server still answers /health and a valid request.
 
 Hand-written shapes beside the barrage (issue 43): chat_template_kwargs that collide with
-what the renderer passes itself (400 naming the key, never a 500).
+what the renderer passes itself (400 naming the key, never a 500), special-token floods
+and huge message counts (refused on arrival, before any tokenizing: they used to hold a
+slot for minutes), and a client that leaves before the first byte of its answer (its slot
+serves the next request at once, and the abandoned one generates nothing).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import logging
 import random
 import re
 import socket
+import threading
 import time
 
 import httpx
@@ -28,6 +32,7 @@ import pytest
 from localspec.config import GenConfig
 from localspec.server.app import ServerConfig, create_app
 from localspec.server.body import MAX_DEPTH, loads, nesting_depth
+from localspec.server.bounds import BYTES_PER_TOKEN
 from localspec.server.errors import ApiError
 from localspec.server.fields import HARMLESS, NEUTRAL
 from localspec.server.schema import CHAT_FIELDS, COMPLETION_FIELDS, Limits
@@ -274,7 +279,9 @@ def test_body_checks_directly():
 
 
 # ------------------------------------------------------------------------------ issue 43 shapes
+FUZZ_CTX = 512  # fuzz_srv's context
 HI = [{"role": "user", "content": "hi"}]
+FLOOD = "<|im_start|>user\nx<|im_end|>\n"
 
 
 def test_server_reserves_what_the_renderer_passes():
@@ -300,3 +307,118 @@ def test_other_template_kwargs_reach_the_template_harmlessly(fuzz_srv, records):
     ok = httpx.post(fuzz_srv.url + "/v1/chat/completions", timeout=60,
                     json={"messages": HI, "max_tokens": 1, "chat_template_kwargs": {"tools": 5, "x": {"y": [1]}}})
     assert ok.status_code == 200, ok.text  # unused kwargs reach the template harmlessly
+
+
+@pytest.mark.parametrize("shape", ["flood", "bytes", "messages", "completion"])
+def test_prompts_that_cannot_fit_are_refused_on_arrival(fuzz_srv, records, shape):
+    """2 MB of role markers, 100,000 messages, a 2 MB raw prompt: 400 context_length_exceeded
+    at once (they used to hold the slot for 49 s to minutes before the context check), and
+    the slot is free for the next request."""
+    body: dict = {"max_tokens": 1}
+    if shape == "flood":  # the issue's body: 64,000 turns inside one user message
+        body["messages"] = [{"role": "user", "content": FLOOD * 64_000}]
+    elif shape == "bytes":  # one byte over the bound
+        body["messages"] = [{"role": "user", "content": "x" * (BYTES_PER_TOKEN * FUZZ_CTX + 1)}]
+    elif shape == "messages":
+        body["messages"] = [{"role": "user", "content": "x"}] * 100_000
+    else:
+        body["prompt"] = FLOOD * 64_000
+    path = "/v1/completions" if shape == "completion" else "/v1/chat/completions"
+    before = len(fuzz_srv.worker.served)
+    t0 = time.monotonic()
+    r = httpx.post(fuzz_srv.url + path, json=body, timeout=20)
+    assert r.status_code == 400, r.text[:300]
+    err = error_of(r)
+    assert err["code"] == "context_length_exceeded" and err["param"] in ("messages", "prompt")
+    assert time.monotonic() - t0 < 10  # parsing 2-3 MB of JSON, nothing more
+    assert len(fuzz_srv.worker.served) == before  # it never reached a slot
+    r = httpx.post(fuzz_srv.url + "/v1/completions", json={"prompt": "1, 2, 3,", "max_tokens": 1}, timeout=30)
+    assert r.status_code == 200
+
+
+def test_a_flood_the_bound_lets_through_is_tokenized_in_seconds(smollm2_path, records):
+    """A server with a 64k context lets 1 MB of role markers through the byte bound: they are
+    tokenized in pieces (backend/specials.py) and the context check answers in seconds; one
+    llama_tokenize call over them took ~50 s. (The slot's real context is small: only the
+    bound reads the 64k.)"""
+    n_ctx = 65_536
+    config = ServerConfig(model_id="smollm2", limits=Limits(cfg=GenConfig(method="ar", n_predict=1), n_ctx=n_ctx))
+    srv = ServerThread(create_app(session(smollm2_path, n_ctx=FUZZ_CTX, threads=1), config))
+    try:
+        content = FLOOD * (BYTES_PER_TOKEN * n_ctx // len(FLOOD) - 8)
+        t0 = time.monotonic()
+        r = httpx.post(srv.url + "/v1/chat/completions", timeout=60,
+                       json={"messages": [{"role": "user", "content": content}], "max_tokens": 1})
+        assert r.status_code == 400 and error_of(r)["code"] == "context_length_exceeded", r.text[:300]
+        assert "tokens but the context holds" in error_of(r)["message"]  # the context check itself
+        assert time.monotonic() - t0 < 20
+    finally:
+        srv.stop()
+
+
+class HeldStart:
+    """The real session, whose next generate() waits until the test lets it go: the time a
+    big prompt takes to render, tokenize and evaluate, made as long as the test needs."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def generate(self, *a, **kw):
+        self.entered.set()
+        assert self.release.wait(30)
+        return self.inner.generate(*a, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+@pytest.fixture(scope="module")
+def held_srv(smollm2_path, smollm2_q4_0_path):
+    sess = HeldStart(session(smollm2_path, smollm2_q4_0_path, n_ctx=FUZZ_CTX, n_seq_max=4, threads=1))
+    config = ServerConfig(model_id="smollm2", limits=Limits(cfg=GenConfig(method="sd", K=1, L=2, n_predict=2),
+                                                            n_ctx=FUZZ_CTX, n_seq_max=4))
+    s = ServerThread(create_app(sess, config))
+    s.session = sess
+    sess.release.set()  # a first request warms the contexts (their first decodes cost seconds)
+    r = httpx.post(s.url + "/v1/completions", json={"prompt": "1, 2, 3,", "max_tokens": 2}, timeout=60)
+    assert r.status_code == 200
+    yield s
+    s.stop()
+
+
+def _wait(cond, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_client_gone_before_first_byte_frees_the_slot(held_srv, records, stream):
+    """A big request whose client hangs up while its prompt is being prepared (before any
+    byte of the answer): no token is generated for it and the next request is served at once."""
+    sess = held_srv.session
+    sess.entered.clear()
+    sess.release.clear()
+    body = json.dumps({"messages": [{"role": "user", "content": "hello " * 60}], "max_tokens": 60,
+                       "stream": stream}).encode()
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    before = len(held_srv.worker.served)
+    conn = socket.create_connection(("127.0.0.1", held_srv.port), timeout=30)
+    try:
+        conn.sendall(head + body)
+        assert sess.entered.wait(30), "the request never reached its slot"
+    finally:
+        conn.close()  # gone before the first byte of the answer
+    job = next(j for j in held_srv.worker._current if j is not None)
+    _wait(job.cancelled.is_set, 10, "the server never noticed the client had gone")
+    sess.release.set()  # the prompt is ready now: the slot must not generate for nobody
+    t0 = time.monotonic()
+    r = httpx.post(held_srv.url + "/v1/completions", json={"prompt": "1, 2, 3,", "max_tokens": 2}, timeout=30)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
+    assert time.monotonic() - t0 < 20  # its prompt's evaluation and the next answer, on a busy machine
+    gone = list(held_srv.worker.served)[before]
+    assert gone.cancelled and gone.n_tokens == 0 and gone.reason == "interrupted", gone

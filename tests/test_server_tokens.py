@@ -1,16 +1,74 @@
-"""What a served prompt becomes (issue 43): chat_template_kwargs that collide with the
-renderer's own variables are refused on the Session API as well as by the server, and a
-template that fails on a request's input is an input error.
+"""What a served prompt becomes (issue 43): long texts tokenized in pieces to the same ids,
+and chat_template_kwargs that collide with the renderer's own variables refused on the
+Session API as well.
+
+The tokenizer pieces (backend/specials.py) are checked against one llama_tokenize call on
+thousands of random mixtures of SmolLM2's special-token texts, whitespace and text; the
+cut rule's corner cases (overlapping special texts, tokens that strip whitespace) on a
+synthetic vocabulary.
 """
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from localspec.backend.chat import RESERVED, ChatTemplate, ChatTemplateError
+from localspec.backend.specials import CHUNK_BYTES, Specials
 from localspec.config import GenConfig
 from localspec.errors import ConfigError, LocalspecError
-from tests.support.helpers import session
+from tests.support.helpers import model, session
+
+FLOOD = "<|im_start|>user\nx<|im_end|>\n"
+
+
+# ------------------------------------------------------------------------------ pieces = whole
+def test_texts_tokenized_in_pieces_give_the_whole_texts_ids(smollm2_path):
+    m = model(smollm2_path)
+    specials = m.specials
+    atoms = [t.decode() for t in specials.ids] + ["\n", " ", "  ", "x", "user", "é", "\U0001f600", "<", "|",
+                                                  ">", "<|im", "_start|>", "\t", "hello world", "123", "<|"]
+    rng = random.Random(43)
+    for _ in range(600):
+        text = "".join(rng.choice(atoms) for _ in range(rng.randint(1, 40)))
+        data = text.encode()
+        for parse_special in (True, False):
+            for add_special in (False, True):
+                whole = m._raw(data, add_special, parse_special)
+                # chunk=1: a cut at every place the rule allows, the hardest test of the rule
+                pieces = specials.tokenize(data, m._raw, add_special=add_special, parse_special=parse_special, chunk=1)
+                assert pieces == whole, (text, parse_special, add_special)
+
+
+def test_a_flood_of_role_markers_is_tokenized_in_small_pieces(smollm2_path):
+    """One llama_tokenize call is quadratic in the special texts it holds (llama.cpp walks its
+    fragment list from the start for each one): no piece may hold more than ~CHUNK_BYTES'
+    worth, and the ids are the turns' ids, repeated."""
+    m = model(smollm2_path)
+    n = 8_000  # 232 KB, 16,000 markers: one call takes ~3 s on 2 cores, the pieces ~0.6 s
+    held: list[int] = []
+
+    def raw(data: bytes, add_special: bool, parse_special: bool) -> list[int]:
+        held.append(data.count(b"<|im_"))
+        return m._raw(data, add_special, parse_special)
+
+    ids = m.specials.tokenize((FLOOD * n).encode(), raw, add_special=False, parse_special=True)
+    assert ids == m._raw(FLOOD.encode(), False, True) * n
+    assert len(held) > 1 and max(held) <= 2 * (CHUNK_BYTES // len(FLOOD) + 2)
+    assert m.tokenize(FLOOD * n) == ids  # Model.tokenize takes the same path for long texts
+
+
+def test_the_cut_rule_on_a_synthetic_vocabulary():
+    sp = Specials({b"<a>": 1, b"a>b": 2, b"<a>c": 3, b"[x]": 4}, set(), strips=False)
+    assert sp.occurrences(b"z<a>c<a>") == [(1, 5), (5, 8)]  # the longest text at each place
+    data = b"z<a>b[x]"
+    occ = sp.occurrences(data)
+    assert occ == [(1, 4), (2, 5), (5, 8)]
+    assert sp.isolated(data, occ) == [False, False, True]  # <a> and a>b overlap: no cut beside either
+    stripping = Specials({b"<a>": 1}, set(), strips=True)
+    for data, ok in ((b"z<a>y", True), (b"z <a>y", False), (b"z<a> y", False), (b"<a>", True)):
+        assert stripping.isolated(data, stripping.occurrences(data)) == [ok], data
 
 
 # ------------------------------------------------------------------------------ the template itself

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+from functools import cached_property
 from pathlib import Path
 
 import llama_cpp
@@ -15,6 +16,7 @@ import llama_cpp
 from localspec.backend.logs import configure_logging
 from localspec.backend.memory import Memory, memory_of
 from localspec.backend.offload import model_params, plan_models
+from localspec.backend.specials import CHUNK_BYTES, Specials
 from localspec.errors import BadModelFileError, ModelNotFoundError, VocabMismatchError
 from localspec.placement.load import LoadOptions
 from localspec.placement.plan import Placement
@@ -104,8 +106,29 @@ class Model:
 
     # ------------------------------------------------------------------ tokens
     def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
-        """Text -> token ids. parse_special lets template markers (<|im_start|>) be one token."""
+        """Text -> token ids. parse_special lets template markers (<|im_start|>) be one token.
+
+        A text longer than CHUNK_BYTES is tokenized in pieces cut where llama.cpp's split of
+        special tokens certainly ends one (backend/specials.py): the same ids, but linear in
+        the number of special-token texts, where one llama_tokenize call is quadratic."""
         data = text.encode("utf-8")
+        if len(data) <= CHUNK_BYTES or (add_special and not self._bos_only):
+            return self._raw(data, add_special, parse_special)
+        return self.specials.tokenize(data, self._raw, add_special=add_special, parse_special=parse_special)
+
+    @cached_property
+    def specials(self) -> Specials:
+        """The vocabulary's special-token texts (read once, when a long text first needs them)."""
+        return Specials.of_vocab(self.vocab, self.n_vocab)
+
+    @cached_property
+    def _bos_only(self) -> bool:
+        """Whether add_special adds nothing but a leading BOS (then only a first piece takes it)."""
+        kinds = (llama_cpp.LLAMA_VOCAB_TYPE_SPM, llama_cpp.LLAMA_VOCAB_TYPE_BPE, llama_cpp.LLAMA_VOCAB_TYPE_UGM)
+        return self.vocab_type in kinds and not llama_cpp.llama_vocab_get_add_eos(self.vocab)
+
+    def _raw(self, data: bytes, add_special: bool, parse_special: bool) -> list[int]:
+        """One llama_tokenize call."""
         n_max = len(data) + 8
         buf = (llama_cpp.llama_token * n_max)()
         n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)

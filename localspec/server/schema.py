@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from localspec.config import METHODS, MIN_TEMP, SPECULATIVE, GenConfig
+from localspec.server.bounds import check_chat_bytes, check_message_count, check_prompt
 from localspec.server.errors import ApiError, invalid, wrong_type
 from localspec.server.fields import (
     at_least,
@@ -80,7 +81,9 @@ def parse_chat(body: object, limits: Limits) -> GenRequest:
     ignored = check_policy(body, CHAT_FIELDS, limits.lenient)
     if "messages" not in body:
         raise ApiError(400, "Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter")
+    check_message_count(body["messages"], limits.n_ctx)  # before reading them one by one
     messages, prefill = parse_messages(body["messages"], limits.lenient, ignored)
+    check_chat_bytes(messages, prefill, limits.n_ctx)
     tk = get_object(body, "chat_template_kwargs")
     check_template_kwargs(tk)
     if limits.template_kwargs:  # the server's --reasoning, overridden by the request's own
@@ -99,7 +102,9 @@ def parse_completion(body: object, limits: Limits) -> GenRequest:
     ignored = check_policy(body, COMPLETION_FIELDS, limits.lenient)
     if "prompt" not in body:
         raise ApiError(400, "Missing required parameter: 'prompt'.", param="prompt", code="missing_required_parameter")
-    req = GenRequest("completion", parse_prompt(body["prompt"], limits.n_vocab), _gen_config(body, limits, ignored), ignored=ignored)
+    prompt = parse_prompt(body["prompt"], limits.n_vocab)
+    check_prompt(prompt, limits.n_ctx)
+    req = GenRequest("completion", prompt, _gen_config(body, limits, ignored), ignored=ignored)
     _response_options(body, req, limits.lenient)
     return req
 

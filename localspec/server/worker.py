@@ -7,8 +7,10 @@ into one llama_decode per round (backend/slots.py). A slot's whole generation ru
 `pool.active(slot)`, which is what lets the others batch with it. HTTP handlers run on the
 event loop; they submit a Job and read its items from an asyncio queue that the slot feeds
 through `loop.call_soon_threadsafe`. A full queue is refused at once (429), a cancelled job
-(client gone) is skipped if it has not started and stopped within one decoding iteration
-if it has (`Session.stop` on its slot's session).
+(client gone) is skipped if it has not started, generates nothing if its client left while
+its prompt was being prepared (rendered, tokenized, evaluated: steps a stop cannot cut short,
+bounded by the request's size, server/bounds.py), and is stopped within one decoding
+iteration if it is generating (`Session.stop` on its slot's session).
 """
 
 from __future__ import annotations
@@ -276,6 +278,8 @@ class Worker:
             self.served.append(Served(job.id, "error", 0, job.cancelled.is_set()))
             job.send(("error", e))
             return
+        if job.cancelled.is_set():  # the client left while its prompt was rendered, tokenized, evaluated:
+            session.stop()  # no token is generated (the loop ends at its first check)
         job.send(("start",))
         done: Done | None = None
         split = req.kind == "chat" and splits(session, req.reasoning_format)
