@@ -86,6 +86,9 @@ def load_session(
 class RuntimeSession:
     """The real Session (localspec.session.Session) over llama.cpp."""
 
+    # False: message text never becomes a control token (`serve --no-special-in-content`)
+    special_in_content: bool = True
+
     def __init__(
         self,
         target: Model,
@@ -190,6 +193,8 @@ class RuntimeSession:
             return self._generate([int(t) for t in items], cfg, None)
         if not all(isinstance(m, Mapping) for m in items):
             raise ConfigError("a prompt is chat messages, token ids or text, not a mix")
+        if not self.special_in_content:
+            return self._generate(self._plain_tokens(items, template_kwargs, prefill), cfg, None)
         text = self.render(items, template_kwargs=template_kwargs) + prefill
         return self._generate(self._prompt_tokens(text), cfg, text)
 
@@ -305,6 +310,17 @@ class RuntimeSession:
         add_bos = tm.add_bos and not (tm.bos >= 0 and prompt_text.startswith(self.template.bos_text or "\0"))
         toks = tm.tokenize(prompt_text, add_special=False)
         return ([tm.bos] if add_bos else []) + toks
+
+    def _plain_tokens(self, messages: Sequence[Message], template_kwargs: Mapping[str, object] | None,
+                      prefill: str) -> list[int]:
+        """Prompt tokens where the messages' text and the prefill are plain text (their
+        `<|im_start|>` is not the control token); the template's own markers still are."""
+        text, spans = self.template.render_marked([dict(m) for m in messages], template_kwargs)
+        spans.append((len(text), len(text) + len(prefill)))
+        text += prefill
+        tm = self.target_model
+        bos_in_text = tm.bos >= 0 and text.startswith(self.template.bos_text or "\0") and spans[0][0] > 0
+        return ([tm.bos] if tm.add_bos and not bos_in_text else []) + tm.tokenize_plain(text, spans)
 
     def _suffix_store(self, cfg: GenConfig, tokens: list[int]) -> SuffixStore | SlotSuffix | None:
         """The session's suffix store when this turn may draft by it (made once; its bound

@@ -7,6 +7,7 @@ a ChatML fallback covers models without one.
 from __future__ import annotations
 
 import datetime
+import secrets
 from collections.abc import Mapping
 from functools import lru_cache
 
@@ -83,3 +84,59 @@ class ChatTemplate:
             )
         except Exception as e:  # noqa: BLE001 - the template ran on the caller's input
             raise ChatTemplateError(f"the chat template refused this request: {type(e).__name__}: {e}") from e
+
+    def render_marked(self, messages: list[dict[str, str]],
+                      template_kwargs: Mapping[str, object] | None = None) -> tuple[str, list[tuple[int, int]]]:
+        """render() with the generation prompt, and where each message's text lies in it.
+
+        The messages are rendered once as given and once with every text field wrapped in
+        markers that cannot occur by chance; the wrapped rendering, markers removed, must be
+        the same text, and then the markers tell the spans. A template that trims a text
+        changes it: tried again with the texts stripped. Any other change (a template that
+        cuts or rewrites message text) raises ChatTemplateError: the text could not be told
+        apart from the template's own."""
+        text = self.render(messages, True, template_kwargs)
+        for strip in (False, True):
+            nonce = secrets.token_hex(8)
+            opening, closing = f"\ue000{nonce}\ue001", f"\ue002{nonce}\ue003"
+            wrapped = [_wrap(m, opening, closing, strip) for m in messages]
+            spans = _unwrap(self.render(wrapped, True, template_kwargs), opening, closing, text)
+            if spans is not None:
+                return text, spans
+        raise ChatTemplateError("this model's chat template changes message text, so it cannot be told apart "
+                                "from the template's own text (--no-special-in-content)")
+
+
+def _wrap(message: dict[str, str], opening: str, closing: str, strip: bool) -> dict[str, str]:
+    """The message with each non-empty text field (all but its role) inside the markers."""
+    out = dict(message)
+    for key, value in message.items():
+        if key != "role" and isinstance(value, str) and value:
+            out[key] = opening + (value.strip() if strip else value) + closing
+    return out
+
+
+def _unwrap(marked: str, opening: str, closing: str, expect: str) -> list[tuple[int, int]] | None:
+    """The spans between markers in `marked` once they are removed, or None unless the
+    text left is `expect` (the markers changed what the template did)."""
+    pieces: list[str] = []
+    spans: list[tuple[int, int]] = []
+    at = pos = 0
+    while True:
+        a = marked.find(opening, at)
+        if a < 0:
+            pieces.append(marked[at:])
+            break
+        b = marked.find(closing, a + len(opening))
+        if b < 0:
+            return None
+        pieces.append(marked[at:a])
+        pos += a - at
+        pieces.append(marked[a + len(opening) : b])
+        spans.append((pos, pos + b - a - len(opening)))
+        pos = spans[-1][1]
+        at = b + len(closing)
+    clean = "".join(pieces)
+    if clean != expect or opening in clean or closing in clean:
+        return None
+    return [s for s in spans if s[0] < s[1]]

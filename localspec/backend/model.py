@@ -116,6 +116,19 @@ class Model:
             return self._raw(data, add_special, parse_special)
         return self.specials.tokenize(data, self._raw, add_special=add_special, parse_special=parse_special)
 
+    def tokenize_plain(self, text: str, spans: list[tuple[int, int]]) -> list[int]:
+        """Token ids of `text` where the character ranges `spans` (message text) are plain
+        text: a control token's text inside them is never that token (parse_special=False
+        there, special tokens parsed elsewhere; no BOS added)."""
+        data, byte_spans, at, pos = text.encode("utf-8"), [], 0, 0
+        for a, b in spans:  # character offsets -> byte offsets, one pass
+            pos += len(text[at:a].encode("utf-8"))
+            start = pos
+            pos += len(text[a:b].encode("utf-8"))
+            byte_spans.append((start, pos))
+            at = b
+        return self.specials.tokenize_plain(data, byte_spans, self._raw)
+
     @cached_property
     def specials(self) -> Specials:
         """The vocabulary's special-token texts (read once, when a long text first needs them)."""

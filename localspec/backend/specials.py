@@ -13,13 +13,15 @@ kind) overlaps S: then no token llama.cpp tries before S (the longer ones) can t
 bytes, nothing crosses the cut, and the piece after it starts after a special token, as
 the fragment did in the whole text (SentencePiece's space prefix depends on that). Where
 the vocabulary has tokens that strip whitespace beside them (LSTRIP / RSTRIP), the bytes
-on both sides of S must not be whitespace either.
+on both sides of S must not be whitespace either. The same machinery gives "plain"
+tokenization: special tokens are parsed only outside given spans (message text), which is
+how `serve --no-special-in-content` keeps role markers in user content plain text.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import llama_cpp
 
@@ -40,6 +42,7 @@ class Specials:
         self.ids = ids  # text -> token id (the lowest id where texts repeat)
         self.parsed_only = parsed_only  # texts llama.cpp leaves alone without parse_special
         self.strips = strips  # some special token strips the whitespace beside it
+        self._single: dict[bytes, list[int]] = {}
         # a lookahead: every position where a special text starts, overlapping ones included
         self._find = re.compile(b"(?=(" + _trie(sorted(ids)) + b"))") if ids else None
 
@@ -96,6 +99,77 @@ class Specials:
         out: list[int] = []
         for i, (a, b) in enumerate(zip([0, *cuts], [*cuts, len(data)], strict=True)):
             out += raw(data[a:b], add_special and i == 0, parse_special)
+        return out
+
+    def tokenize_plain(self, data: bytes, spans: Sequence[tuple[int, int]], raw: Raw) -> list[int]:
+        """Tokens of `data` where special texts are parsed only outside `spans` (byte ranges):
+        inside them a control token's text is plain text, as with parse_special=False.
+
+        Isolated special texts outside the spans are tokens of their own; the stretches between
+        them are tokenized with parse_special=False when they hold span bytes, else with it. A
+        stretch holding span bytes AND a special text that is not isolated (an overlap, a
+        whitespace rule) is tokenized span by span instead: safe, if not byte-exact at the
+        span's edges. Span bytes never become a control token either way."""
+        inside = _Mask(len(data), spans)
+        occ = self.occurrences(data)
+        out: list[int] = []
+        stretch = 0
+        template_special = False  # the current stretch holds a special text outside the spans
+        for (start, end), ok in zip(occ, self.isolated(data, occ), strict=True):
+            outside = not inside.any(start, end)
+            if ok and outside:
+                out += self._stretch(data, stretch, start, inside, template_special, raw)
+                out += self._alone(data[start:end], raw)
+                stretch, template_special = end, False
+            elif start >= stretch and not inside.all(start, end):
+                template_special = True
+        out += self._stretch(data, stretch, len(data), inside, template_special, raw)
+        return out
+
+    def _alone(self, text: bytes, raw: Raw) -> list[int]:
+        """The token llama.cpp makes of a special text (asked once per text: where two tokens
+        share a text, llama.cpp's own order decides, as in a whole text)."""
+        got = self._single.get(text)
+        if got is None:
+            got = self._single[text] = raw(text, False, True)
+        return got
+
+    def _stretch(self, data: bytes, a: int, b: int, inside: _Mask, template_special: bool, raw: Raw) -> list[int]:
+        if a >= b:
+            return []
+        if not inside.any(a, b):
+            return self.tokenize(data[a:b], raw, add_special=False, parse_special=True)
+        if not template_special:
+            return self.tokenize(data[a:b], raw, add_special=False, parse_special=False)
+        out: list[int] = []
+        for x, y, is_span in inside.pieces(a, b):
+            out += self.tokenize(data[x:y], raw, add_special=False, parse_special=not is_span)
+        return out
+
+
+class _Mask:
+    """Which bytes lie inside the spans (a bytearray: linear to build, C-speed to query)."""
+
+    def __init__(self, n: int, spans: Sequence[tuple[int, int]]) -> None:
+        self.bits = bytearray(n)
+        for a, b in spans:
+            self.bits[a:b] = b"\x01" * (b - a)
+
+    def any(self, a: int, b: int) -> bool:
+        return self.bits.find(1, a, b) >= 0
+
+    def all(self, a: int, b: int) -> bool:
+        return self.bits.find(0, a, b) < 0
+
+    def pieces(self, a: int, b: int) -> list[tuple[int, int, bool]]:
+        """[a, b) as runs of (start, end, inside)."""
+        out = []
+        while a < b:
+            flag = self.bits[a]
+            nxt = self.bits.find(1 - flag, a, b)
+            nxt = b if nxt < 0 else nxt
+            out.append((a, nxt, bool(flag)))
+            a = nxt
         return out
 
 

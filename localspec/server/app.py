@@ -58,6 +58,9 @@ class ServerConfig:
     # both from --host / --allowed-hosts / --cors. The defaults suit a loopback bind.
     allowed_hosts: frozenset[str] | None = LOOPBACK_NAMES
     cors: frozenset[str] | None = frozenset()
+    # False (--no-special-in-content): message text is tokenized as plain text, so a
+    # `<|im_start|>` a user writes is never the control token (runtime.RuntimeSession)
+    special_in_content: bool = True
 
 
 class ClientGone(Exception):
@@ -68,6 +71,11 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
     """A Starlette app serving `session` (with `pool`, a localspec.pool.Pool, its N slots:
     `session` is then the pool's base); the slot threads live as long as the app runs."""
     worker = Worker(session, config.max_queue, pool)
+    if not config.special_in_content:
+        for s in (session, *worker.sessions):
+            if not hasattr(s, "special_in_content"):
+                raise LocalspecError("--no-special-in-content: this session cannot keep message text plain")
+            s.special_in_content = False
     metrics = Metrics(config.model_id)
     limits = config.limits
     if limits.n_vocab is None:  # token-id prompts are checked against both models' vocabulary

@@ -55,6 +55,10 @@ def register(sub) -> None:
     g.add_argument("--ignore-unknown-fields", action="store_true",
                    help="accept request fields localspec does not know (listed in the response's "
                    "localspec.ignored) instead of answering 400")
+    g.add_argument("--no-special-in-content", action="store_true",
+                   help="tokenize message text as plain text: a '<|im_start|>' inside user content stays "
+                   "characters instead of becoming the control token (by default it becomes one, as in "
+                   "llama-server); the chat template's own markers are control tokens either way")
     g.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="uvicorn's log level (info logs each request)")
     add_gen_args(s)
@@ -187,6 +191,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
                               draft=model_id(draft) if draft else None, api_key=a.api_key or None,
                               max_queue=a.queue, max_body=a.max_body,
                               allowed_hosts=host_policy(a.host, a.allowed_hosts), cors=origin_policy(a.cors),
+                              special_in_content=not a.no_special_in_content,
                               limits=Limits(cfg=cfg, n_ctx=per_slot.n_ctx or MAX_TOKENS,
                                             n_batch=per_slot.n_batch, n_seq_max=per_slot.n_seq_max,
                                             lenient=a.ignore_unknown_fields,
