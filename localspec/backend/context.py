@@ -19,6 +19,7 @@ import numpy as np
 
 from localspec.backend.batch import Batch
 from localspec.backend.devices import repack_on
+from localspec.backend.logs import raise_pending
 from localspec.backend.memory import RS_SNAPSHOTS, Memory
 from localspec.backend.model import Model
 from localspec.errors import ConfigError, ContextFullError, LocalspecError, SeqOpError
@@ -133,6 +134,7 @@ class Context:
         self.n_evaluated = 0
         self._n_outputs = 0
         self._view: np.ndarray | None = None
+        raise_pending()  # a Ctrl-C the log callback kept while llama.cpp made it (logs.py)
 
     @property
     def placement_key(self) -> str:

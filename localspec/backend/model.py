@@ -13,7 +13,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from localspec.backend.logs import configure_logging
+from localspec.backend.logs import configure_logging, raise_pending
 from localspec.backend.memory import Memory, memory_of
 from localspec.backend.offload import model_params, plan_models
 from localspec.backend.specials import CHUNK_BYTES, Specials
@@ -64,7 +64,8 @@ class Model:
             )
         self.path = path
         self.name = path.name
-        self.ptr = ptr
+        self.ptr = ptr  # freed by __del__ if what follows raises
+        raise_pending()  # a Ctrl-C the log callback kept during the load (logs.py)
         self.load = load
         self.placement = placement
         self.load_mtp = load_mtp  # its nextn layers are loaded (an MTP head can run on it)

@@ -2,6 +2,10 @@
 
 import sys
 
-from localspec.cli.main import main
+try:
+    from localspec.cli.main import main
+except KeyboardInterrupt:  # Ctrl-C while Python imports the CLI: no traceback (cli/main.py)
+    print("\ninterrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

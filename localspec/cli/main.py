@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from localspec import __version__
 from localspec.cli import reasoning as cr
 from localspec.cli.args import add_gen_args, add_model_args, asked_of, session_options
 from localspec.cli.input import read_prompt
+from localspec.cli.interrupt import CtrlC, close_session, ctrl_c_stops
 from localspec.cli.parser import HelpFormatter, Parser
 from localspec.cli.spans import SpanLog
 from localspec.errors import LocalspecError
-from localspec.events import Stats
+from localspec.events import Done, Stats
 from localspec.session import SessionOptions
 from localspec.settings import Asked, check, resolve
 
@@ -142,14 +139,33 @@ def cmd_run(a: argparse.Namespace) -> int:
     target, draft = _resolve_pair(a, need_default=False)
     if asked.cfg.method == "ar" and not a.explain:
         draft = None if a.draft is None else draft
-    sess = open_session(target, draft, _options(a, asked, draft))  # 2. the models
-    _pair_note(a)
+    opts = _options(a, asked, draft)
+    with ctrl_c_stops() as ctrl_c:  # from the first load to the last free (cli/interrupt.py)
+        sess = open_session(target, draft, opts)  # 2. the models (a second Ctrl-C: KeyboardInterrupt)
+        ctrl_c.session = sess
+        _pair_note(a)
+        _answer(a, sess, prompt, asked, target, draft, ctrl_c)
+        ctrl_c.closing = True  # freed here, a press only counts (an abort above leaves it to Python)
+        close_session(sess)
+    if ctrl_c.pressed:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _answer(a: argparse.Namespace, sess, prompt: str, asked: Asked, target: str, draft: str | None,
+            ctrl_c: CtrlC) -> None:
+    """Generate and print `run`'s answer and its stats line or --json line. After a Ctrl-C
+    that came before the generation (while the models loaded), nothing is generated and
+    the --json line says "interrupted" (a generation clears a stop asked before it)."""
     settings = resolve(asked, sess, target)  # 3. the model's card fills what was not typed
-    if a.explain:
+    if a.explain and not ctrl_c.pressed:
         print(sess.explain(settings.cfg), file=sys.stderr)
         print(settings.sampling_line(), file=sys.stderr)
     spans = SpanLog() if a.json else None  # who wrote each part of the text (--json)
-    with _ctrl_c_stops(sess) as pressed:  # thinking models: reasoning apart, budget
+    if ctrl_c.pressed:
+        done, thinking = Done("interrupted", "", Stats(method=asked.cfg.method)), None
+    else:  # thinking models: reasoning apart, budget
         done, thinking = cr.run_answer(sess, prompt, settings, raw=a.raw, fmt=a.reasoning_format, spans=spans)
     st = done.stats
     if done.message:
@@ -162,7 +178,8 @@ def cmd_run(a: argparse.Namespace) -> int:
             "target": target,
             "draft": draft,
             "text": done.text,
-            **cr.json_fields(thinking, done, a.reasoning_format),
+            **(cr.json_fields(thinking, done, a.reasoning_format) if thinking is not None
+               else {"text": done.text, "reasoning": None}),
             "stop_reason": done.reason,
             "tok_per_s": st.tok_per_s,
             "parse": getattr(st, "parse", None),
@@ -170,38 +187,10 @@ def cmd_run(a: argparse.Namespace) -> int:
             "spans": spans.trimmed(st.n_tokens) if spans is not None else [],
         }
         print(json.dumps(payload))
-    else:
+    elif thinking is not None:
         print()
         thought = cr.summary(thinking, speculative=st.method != "ar")  # None unless the model thought
         print(_stats_line(st) + (f" {thought}" if thought else ""), file=sys.stderr)
-    if pressed:
-        print("interrupted", file=sys.stderr)
-        return 130
-    return 0
-
-
-@contextmanager
-def _ctrl_c_stops(sess) -> Iterator[list[bool]]:
-    """While `run` generates, the first Ctrl-C asks the session to stop (the answer ends
-    after the current iteration with reason "interrupted", and everything after it, the
-    --json line included, is printed as usual); a second raises KeyboardInterrupt. Yields
-    a list that is non-empty once Ctrl-C was pressed."""
-    pressed: list[bool] = []
-    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
-        yield pressed
-        return
-
-    def on_sigint(signum, frame) -> None:
-        if pressed:
-            raise KeyboardInterrupt
-        pressed.append(True)
-        sess.stop()
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield pressed
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def cmd_chat(a: argparse.Namespace) -> int:
@@ -309,7 +298,16 @@ PASSTHROUGH = {"parse": "localspec.bench.parse.cli", "verify": "localspec.bench.
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """The command line; Ctrl-C anywhere in it, the start-up imports included (building the
+    parser imports every command's module), is "interrupted" and exit 130, no traceback."""
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "bench" and argv[1] in PASSTHROUGH:
         # these benches own their argument parsing (sub-commands and --help of their own)
         import importlib
@@ -329,9 +327,6 @@ def main(argv: list[str] | None = None) -> int:
     except LocalspecError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:  # `localspec run ... | head`
         sys.stderr.close()
         return 0
