@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from localspec.decode.drafters import registry as drafters
 from localspec.decode.drafters.registry import canonical as drafter_name  # noqa: F401 - for frontends
 from localspec.errors import ConfigError
+
+if TYPE_CHECKING:
+    from localspec.constrain.spec import ConstraintSpec
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,9 @@ class GenConfig:
     # auto: a lookup's continuation evaluated in the draft's first decode (--draft-hint; off by
     # default: measured slower on the 2-core F16 edit run, docs/performance.md#draft-hint)
     draft_hint: bool = False
+    # the answer must match this grammar / regex / JSON schema (--grammar, --json-schema, the
+    # server's response_format): decode/constrained.py; None: unconstrained
+    constraint: ConstraintSpec | None = None
 
     @property
     def proposers(self) -> tuple[str, ...]:

@@ -129,6 +129,9 @@ class Stats:
     # iterations whose trie held a lookup's draft beside the draft model's (a stack: every
     # one of --spec-type X+draft, the ones auto chose to stack)
     stacked: int = 0
+    # the turn's constraint (its kind: json_schema, gbnf, ...; "" = none); the tokens the
+    # grammar forced are the `grammar` drafter's in `proposed`
+    constraint: str = ""
 
     @property
     def lookup_drafted(self) -> int:
@@ -236,6 +239,8 @@ class Stats:
             "block_efficiency": self.block_efficiency,
             "drafted": self.drafted,
             "stacked": self.stacked,
+            "constraint": self.constraint or None,
+            "forced": self.proposed.get("grammar", (0, 0))[0],
             "accepted_lengths": list(self.accepted_lengths),
             # per proposer: the lookups' drafts (no model call) and the draft model's
             "proposers": {k: {"drafted": d, "accepted": a, "acceptance": a / d if d else None}
@@ -262,7 +267,7 @@ MERGE: dict[str, str] = {
     "accepted_lengths": "add", "position_accepts": "per-position", "position_trials": "per-position",
     "draft_seconds": "add", "verify_seconds": "add", "overhead_seconds": "add", "prompt_seconds": "add",
     "seconds": "add", "timing_seconds": "add", "choice_note": "first", "ran": "join", "ar_estimate": "first",
-    "predicted": "add", "proposed": "per-key", "stacked": "add",
+    "predicted": "add", "proposed": "per-key", "stacked": "add", "constraint": "first",
 }
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from localspec.config import GenConfig
 from localspec.costmodel import CostModel
 from localspec.costmodel.session import SessionCosts, Ticket
 from localspec.decode.autoregressive import ar_loop
+from localspec.decode.constrained import TurnConstraint
 from localspec.decode.drafters.suffix import SuffixStore
 from localspec.decode.drafters.suffix_shared import SharedSuffix, SlotSuffix
 from localspec.decode.emitter import Emitter
@@ -122,6 +123,7 @@ class RuntimeSession:
         # request's), kept across turns and resets; made on the first turn that drafts by it
         self.suffix: SuffixStore | None = None
         self.shared_suffix: SharedSuffix | None = None  # a pool's slots: every slot's finished ones
+        self._constraints: dict[object, object] = {}  # ConstraintSpec -> its compiled Constraint
 
     @property
     def costs(self) -> CostModel | None:
@@ -322,6 +324,23 @@ class RuntimeSession:
         bos_in_text = tm.bos >= 0 and text.startswith(self.template.bos_text or "\0") and spans[0][0] > 0
         return ([tm.bos] if tm.add_bos and not bos_in_text else []) + tm.tokenize_plain(text, spans)
 
+    def _turn_constraint(self, cfg: GenConfig) -> TurnConstraint | None:
+        """The turn's grammar state: a fresh matcher (the answer is constrained, not the
+        prompt) of the session's compiled grammar for this spec (compiled once per spec; the
+        model's llguidance tokenizer once per process: backend/grammar.py)."""
+        spec = cfg.constraint
+        if spec is None:
+            return None
+        from localspec.backend.grammar import eog_ids, ll_tokenizer
+        from localspec.constrain import Constraint
+
+        compiled = self._constraints.get(spec)
+        if compiled is None:
+            tm = self.target_model
+            compiled = Constraint(spec, ll_tokenizer(tm), tm.n_vocab, eog_ids(tm))
+            self._constraints[spec] = compiled
+        return TurnConstraint(compiled.matcher(), self.target_model.n_vocab, spec.kind)  # type: ignore[attr-defined]
+
     def _suffix_store(self, cfg: GenConfig, tokens: list[int]) -> SuffixStore | SlotSuffix | None:
         """The session's suffix store when this turn may draft by it (made once; its bound
         follows the latest turn's --spec-suffix-max-tokens); a pool's slot also reads the
@@ -337,6 +356,7 @@ class RuntimeSession:
     def _generate(self, tokens: list[int], cfg: GenConfig, prompt_text: str | None) -> Iterator[Event]:
         plan = plan_turn(cfg, self.options, self.target, self.draft, self.mtp)
         cfg, loop, method, needs_costs = plan.cfg, plan.loop, plan.method, plan.needs_costs
+        constraint = self._turn_constraint(cfg)  # a grammar that does not compile raises here
         self._last = None
         self._stop.clear()  # before the wait: a stop while it waits ends the turn at once
         # the contexts are this generation's until it ends: wait for a timing step in flight
@@ -351,13 +371,13 @@ class RuntimeSession:
         except BaseException:
             ticket.release()
             raise
-        events = self._drive(loop, method, needs_costs, cfg, stats, tokens, prompt_text, ticket)
+        events = self._drive(loop, method, needs_costs, cfg, stats, tokens, prompt_text, ticket, constraint)
         weakref.finalize(events, ticket.release)  # an iterator dropped unstarted frees the gate too
         return events
 
     def _drive(
         self, loop: Loop, method: str, needs_costs: bool, cfg: GenConfig, stats: Stats,
-        tokens: list[int], prompt_text: str | None, ticket: Ticket,
+        tokens: list[int], prompt_text: str | None, ticket: Ticket, constraint: TurnConstraint | None = None,
     ) -> Iterator[Event]:
         costs = None
         if needs_costs:  # never a re-timing; a first timing only where no timer runs in the background
@@ -373,6 +393,8 @@ class RuntimeSession:
                 loop = ar_loop
         if costs is not None:
             stats.ar_estimate = costs.ar()
+        if constraint is not None:
+            stats.constraint = constraint.label
         turn = Turn(
             target_model=self.target_model,
             target=self.target,
@@ -387,6 +409,7 @@ class RuntimeSession:
             costs=costs,
             suffix=self._suffix_store(cfg, tokens) if method != "ar" else None,
             mtp=self.mtp,
+            constraint=constraint,
         )
         reason = None
         message = ""

@@ -81,6 +81,17 @@ def transform_row(logits: np.ndarray, cfg: SamplingConfig) -> SparseRow:
     return SparseRow(ids.astype(np.int64), p)
 
 
+def masked_row(logits: np.ndarray, cfg: SamplingConfig, allowed: np.ndarray, buf: np.ndarray) -> SparseRow:
+    """The sampling transform of a row restricted to the `allowed` tokens (a grammar's mask):
+    the disallowed logits become -inf in `buf` (a reused float32 row: the logits view is
+    never written), then the same transform as transform_row. So the law is the one llama.cpp
+    and vLLM sample under a grammar: the target's, masked first, then temperature and the
+    truncations over what is left, renormalised."""
+    np.copyto(buf, logits)
+    buf[~allowed] = -np.inf
+    return transform_row(buf, cfg)
+
+
 def transform_rows(logits: np.ndarray, cfg: SamplingConfig) -> list[SparseRow]:
     """Transform every row of a (R, V) logits array."""
     return [transform_row(row, cfg) for row in logits]

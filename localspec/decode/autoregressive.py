@@ -26,8 +26,13 @@ def target_step(turn: Turn) -> Written | None:
     row = ctx.batch.clear().add_sequence(tgt.pending, tgt.n_past, MAIN, True)
     ctx.decode()
     t1 = time.perf_counter()
-    tok = sample_row(transform_row(ctx.logits(row), turn.cfg.sampling), turn.rng)
+    logits = ctx.logits(row)
+    con = turn.constraint
+    dist = transform_row(logits, turn.cfg.sampling) if con is None else con.row(logits, turn.cfg.sampling)
+    tok = sample_row(dist, turn.rng)
     tgt.advance(tok)
+    if con is not None:
+        con.commit([tok])
     _, text = turn.emitter.push([tok])
     stats.target_calls += 1
     stats.verify_seconds += t1 - t0

@@ -64,7 +64,9 @@ def verify_block(
     logits = turn.target.ctx.logits_all()
     needed = set(sum(out_rows, []))
     tgt_rows: dict[int, SparseRow]
-    if turn.cfg.sampling.greedy:
+    if turn.constraint is not None:  # every row read at its node's grammar state (decode/constrained.py)
+        tgt_rows = turn.constraint.target_rows(trie, rows, logits, turn.cfg.sampling)
+    elif turn.cfg.sampling.greedy:
         amax = greedy_rows(logits)  # one pass over the rows, no transform
         tgt_rows = {r: one_hot(int(amax[r])) for r in needed}
     else:
@@ -112,7 +114,11 @@ def spec_iteration(turn: Turn, st: SpecSettings, drafter: Drafter, rng: NumpyRNG
         return None
     t0 = time.perf_counter()
     greedy_first = st.K > 1 and turn.cfg.sampling.greedy
-    trie = drafter.propose(DraftRequest(tgt.committed, st.K, L, st.stop, greedy_first, st.per_draft))
+    con = turn.constraint
+    trie = drafter.propose(DraftRequest(tgt.committed, st.K, L, st.stop, greedy_first, st.per_draft,
+                                        con.matcher if con is not None else None))
+    if trie is not None and con is not None:
+        trie = con.fit(trie, L)  # refused tails cut, forced tokens appended
     t1 = time.perf_counter()
     if trie is None:
         written = target_step(turn)
@@ -128,6 +134,8 @@ def spec_iteration(turn: Turn, st: SpecSettings, drafter: Drafter, rng: NumpyRNG
     own = trie.length(d.k)
     acc = [int(t) for t in x[d.k, : d.tau]]
     tgt.commit(acc, d.token, seq=d.k + 1 if lane is None else lane)
+    if con is not None:
+        con.commit([*acc, d.token])
     drafter.accept(trie, d)
     stats.iterations += 1
     stats.target_calls += 1
@@ -186,6 +194,8 @@ def make_drafter(turn: Turn, kinds: tuple[str, ...] | None = None, auto: CostMod
             continue  # not here (no draft model, no head): the runtime's checks said so earlier
         parts.append(StackDrafter(built[0], built[1]) if len(built) == 2 else built[0])  # type: ignore[arg-type]
     assert parts, "a speculative method with no drafter (the runtime checks for a draft)"
+    if turn.constraint is not None and kinds is None and "grammar" not in turn.cfg.parts:
+        parts.insert(0, registry.build("grammar", turn, auto))  # forced tokens first: free drafts
     return parts[0] if len(parts) == 1 else ChainDrafter(parts)
 
 

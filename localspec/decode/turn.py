@@ -11,6 +11,7 @@ from localspec.backend import Model
 from localspec.backend.mtp import MtpHead
 from localspec.config import GenConfig
 from localspec.costmodel import CostModel
+from localspec.decode.constrained import TurnConstraint
 from localspec.decode.drafters.suffix import SuffixStore
 from localspec.decode.drafters.suffix_shared import SlotSuffix
 from localspec.decode.emitter import Emitter
@@ -44,6 +45,7 @@ class Turn:
     costs: CostModel | None = None
     suffix: SuffixStore | SlotSuffix | None = None  # the session's store (a slot's: with the pool's)
     mtp: MtpHead | None = None  # the target's MTP head, when the session loaded one
+    constraint: TurnConstraint | None = None  # the turn's grammar (decode/constrained.py), if any
     t_start: float = field(default_factory=time.perf_counter)
 
     def __post_init__(self) -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from localspec.decode.drafters.trie import DraftStop, DraftTrie
 
 if TYPE_CHECKING:
+    from localspec.decode.constrained import Matcher
     from localspec.decode.state import KVState
     from localspec.verify import Decision
 
@@ -44,9 +45,10 @@ class DraftRequest:
     stop: DraftStop | None = None
     greedy_first: bool = False
     per_draft: bool = False
-
-    def cut(self, L: int) -> DraftRequest:
-        return DraftRequest(self.committed, self.K, L, self.stop, self.greedy_first, self.per_draft)
+    # the grammar state of the main sequence when the turn is constrained (decode/constrained.py):
+    # a drafter that samples masks its rows with it (on a fork); lookups ignore it (the loop
+    # cuts their drafts)
+    constraint: Matcher | None = None
 
 
 @dataclass(frozen=True)

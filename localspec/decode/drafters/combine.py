@@ -46,6 +46,11 @@ class ChainDrafter(DrafterBase):
         return next((d.draft for d in self.drafters if d.draft is not None), None)
 
     @property
+    def extra_drafts(self) -> int:  # type: ignore[override]
+        """A stack in the chain may add its lookup's draft: room for the most any part adds."""
+        return max(d.extra_drafts for d in self.drafters)
+
+    @property
     def matched(self) -> int:  # type: ignore[override]
         """The match length of the lookup that drafted last (auto's gate prices by it)."""
         return self.last.matched

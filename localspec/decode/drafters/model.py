@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from localspec.config import SamplingConfig
+from localspec.decode.constrained import Matcher, masked_dist
 from localspec.decode.drafters.base import MODEL, DrafterBase, DraftRequest, Outcome
 from localspec.decode.drafters.trie import DraftStop, DraftTrie, Node
 from localspec.decode.state import KVState
@@ -39,6 +40,7 @@ def propose(
     greedy_first: bool = False,
     per_draft: bool = False,
     hint: Sequence[int] = (),
+    constraint: Matcher | None = None,
 ) -> DraftTrie:
     """Draft K x up to L tokens. dft.pending is evaluated first (with every draft's seq id).
 
@@ -89,8 +91,16 @@ def propose(
         dft.share_main([lane])
     conf = _Confidence(sampling, stop is not None)
     first = ctx.logits(row)
-    frontier: list[tuple[int, SparseRow, list[int], float]] = [
-        (-1, transform_row(first, sampling), list(range(K)), 1.0)
+    # under a grammar each branch samples from its rows masked at its own state (a fork of
+    # the main sequence's matcher per branch; one branch consumes in place)
+    m0 = constraint.fork() if constraint is not None else None
+    buf = np.empty(first.shape[-1], dtype=np.float32) if m0 is not None else None
+
+    def dist(lg: np.ndarray, m: Matcher | None) -> SparseRow:
+        return transform_row(lg, sampling) if m is None else masked_dist(lg, sampling, m, buf)
+
+    frontier: list[tuple[int, SparseRow, list[int], float, Matcher | None]] = [
+        (-1, dist(first, m0), list(range(K)), 1.0, m0)
     ]
     confs = [conf(first, frontier[0][1])]
     for depth in range(1, L + 1):
@@ -103,18 +113,23 @@ def propose(
             frontier, confs, reach = [frontier[i] for i in keep], [confs[i] for i in keep], [reach[i] for i in keep]
         new_nodes: list[int] = []
         new_reach: list[float] = []
-        for (parent, r, members, _), c, p in zip(frontier, confs, reach, strict=True):
+        new_ms: list[Matcher | None] = []
+        for (parent, r, members, _, m), c, p in zip(frontier, confs, reach, strict=True):
             groups: dict[int, list[int]] = {}
             for k in members:
                 tok = int(r.ids[0]) if (greedy_first and k == 0) else sample_row(r, gen)
                 groups.setdefault(tok, []).append(k)
                 trie.q[k].append(r)
                 trie.conf[k].append(c)
-            for tok, ks in groups.items():
+            ms = [None] * len(groups) if m is None else [m.fork() for _ in range(len(groups) - 1)] + [m]
+            for (tok, ks), mk in zip(groups.items(), ms, strict=True):
                 trie.nodes.append(Node(tok, depth, ks, parent))
                 idx = len(trie.nodes) - 1
                 new_nodes.append(idx)
                 new_reach.append(p)
+                if mk is not None:
+                    mk.consume([tok])
+                new_ms.append(mk)
                 for k in ks:
                     trie.path[k].append(idx)
         if depth == L:
@@ -127,6 +142,7 @@ def propose(
             if not keep:
                 break
             new_nodes, new_reach = [new_nodes[i] for i in keep], [new_reach[i] for i in keep]
+            new_ms = [new_ms[i] for i in keep]
         if hint and trie.nodes[new_nodes[0]].token == hint[0]:  # K = 1: one node per depth
             rows = [hint_rows[depth - 1]]  # evaluated in the first decode
             hint = hint[1:]
@@ -140,10 +156,10 @@ def propose(
             ctx.decode()
         trie.evaluated_depth = depth
         frontier, confs = [], []
-        for n, r, p in zip(new_nodes, rows, new_reach, strict=True):
+        for n, r, p, mk in zip(new_nodes, rows, new_reach, new_ms, strict=True):
             trie.nodes[n].evaluated = True
             lg = ctx.logits(r)
-            frontier.append((n, transform_row(lg, sampling), trie.nodes[n].members, p))
+            frontier.append((n, dist(lg, mk), trie.nodes[n].members, p, mk))
             confs.append(conf(lg, frontier[-1][1]))
     return trie
 
@@ -221,7 +237,7 @@ class ModelDrafter(DrafterBase):
         self.draft.sync_to(req.committed)
         hint, self.hint = self.hint, []
         return propose(self.draft, req.K, req.L, self.sampling, self.gen, req.stop, req.greedy_first,
-                       req.per_draft, hint)
+                       req.per_draft, hint, req.constraint)
 
     def accept(self, trie: DraftTrie, d: Decision) -> None:
         """The verifier kept draft d.k's first d.tau tokens and then emitted d.token."""

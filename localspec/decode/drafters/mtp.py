@@ -35,6 +35,7 @@ from localspec.backend.mtp import MtpHead
 from localspec.config import GenConfig, SamplingConfig, one_draft_verifier
 from localspec.costmodel import CostModel
 from localspec.costmodel.curves import CostCurve
+from localspec.decode.constrained import masked_dist
 from localspec.decode.drafters.base import MODEL, DrafterBase, DraftRequest, Outcome
 from localspec.decode.drafters.trie import DraftTrie, Node
 from localspec.decode.state import KVState
@@ -102,16 +103,20 @@ class MtpDrafter(DrafterBase):
         logits, h = first
         base = tgt.n_past  # the pending token's position; depth d is drafted at base + d
         trie = DraftTrie(K=1, path=[[]], q=[[]], conf=[[]], source=self.name, calls_model=True)
+        m = req.constraint.fork() if req.constraint is not None else None  # the head's rows masked too
+        buf = np.empty(logits.shape[-1], dtype=np.float32) if m is not None else None
         reach = 1.0
         try:
             for depth in range(1, L + 1):
-                row = transform_row(logits, self.sampling)
+                row = transform_row(logits, self.sampling) if m is None else masked_dist(logits, self.sampling, m, buf)
                 conf = float(row.probs[0])
                 if stop is not None:
                     reach *= stop.accept_prob(conf)
                     if depth > 1 and not stop.worth(depth, reach):
                         break
                 tok = sample_row(row, self.gen)
+                if m is not None:
+                    m.consume([tok])
                 trie.nodes.append(Node(tok, depth, [0], depth - 2))
                 trie.path[0].append(depth - 1)
                 trie.q[0].append(row)

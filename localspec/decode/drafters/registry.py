@@ -79,6 +79,11 @@ def names() -> tuple[str, ...]:
     return tuple(REGISTRY)
 
 
+def models() -> tuple[str, ...]:
+    """The drafters that run a model (the draft model, a head)."""
+    return tuple(s.name for s in REGISTRY.values() if s.kind == "model")
+
+
 def lookups() -> tuple[str, ...]:
     """The drafters that call no model: point-mass drafts, one continuation."""
     return tuple(s.name for s in REGISTRY.values() if s.kind == "lookup")
@@ -135,5 +140,7 @@ for _spec in (
                 summary="the most frequent continuation in everything the session saw"),
     DrafterSpec("mtp", "model", "localspec.decode.drafters.mtp:build", ("draft-mtp",), one_chain=True,
                 stands_in=True, summary="the MTP head"),  # the target's own (nextn layers)
+    DrafterSpec("grammar", "grammar", "localspec.decode.drafters.grammar:build", one_chain=True,
+                summary="the tokens a grammar forces (constrained turns; first in every chain)"),
 ):
     register(_spec)

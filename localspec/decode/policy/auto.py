@@ -119,9 +119,15 @@ class AutoPolicy:
         self.ran = [_ran(self.settings)]
         self.since = 0  # iterations since the last decision
         self.probe = False  # the plan in flight is an AR-phase probe of the model drafter
+        self.grammar = registry.build("grammar", turn, cm)  # a constrained turn's forced tokens
 
     def next(self) -> IterationPlan:
         turn, cm, settings = self.turn, self.cm, self.settings
+        if self.grammar is not None:  # forced tokens: p = 1 under the mask, never rejected, always pay
+            forced = turn.constraint.matcher.forced(LOOKUP_MAX_L)
+            if forced:
+                st = SpecSettings(one_draft_verifier(turn.cfg.sampling.greedy), 1, len(forced))
+                return IterationPlan(st, self.grammar, "grammar")
         wait = FIRST_PROBE if cm.acceptance.trials < 16 else PROBE_EVERY
         # read when a probe is due (the curves heal as the turn runs), not on every iteration
         self.probe = probe = (self.model is not None and settings is None and self.since >= wait
@@ -210,7 +216,7 @@ def auto_policy(turn: Turn) -> AutoPolicy:
     # every verification teaches both. Where the draft model is named but absent, a drafter
     # that stands in for it (the target's MTP head) drafts, if the session has one
     model: Drafter | None = None
-    models = [k for k in kinds if not registry.is_lookup(k)]
+    models = [k for k in kinds if k in registry.models()]
     if "draft" in models and turn.draft is None:
         models += [k for k in registry.stand_ins() if k not in models]
     for name in models:
