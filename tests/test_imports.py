@@ -118,7 +118,22 @@ def test_rooms_keep_their_walls() -> None:
             assert not bad, f"{m} reaches past runtime/tools into {sorted(bad)}"
 
 
-FRONTENDS = ("localspec.cli", "localspec.tui", "localspec.server", "localspec.bench")
+FRONTENDS = ("localspec.cli", "localspec.tui", "localspec.server", "localspec.bench", "localspec.flags")
+
+
+def test_bench_and_server_never_import_the_cli() -> None:
+    """cli/main.py registers bench/'s and server/'s subcommands, so they must not import cli/
+    back (a folder-level loop); the flags the three share live in flags/, below all three,
+    which imports none of the frontends."""
+    graph = _graph()
+    for m, deps in graph.items():
+        if m.startswith(("localspec.bench", "localspec.server")):
+            bad = {d for d in deps if d == "localspec.cli" or d.startswith("localspec.cli.")}
+            assert not bad, f"{m} imports {sorted(bad)}: shared flags belong in localspec/flags/"
+        if m.startswith("localspec.flags"):
+            bad = {d for d in deps if d.startswith(("localspec.cli", "localspec.bench", "localspec.server",
+                                                    "localspec.tui"))}
+            assert not bad, f"{m} imports the frontends {sorted(bad)}: flags/ sits below them"
 
 
 def test_no_subcommand_import_is_swallowed() -> None:

@@ -343,7 +343,7 @@ def test_auto_drafts_with_the_head_when_no_draft_model_is_given(tiny, tmp_path, 
 def test_the_cli_loads_a_head_for_auto_only_when_nothing_else_is_named():
     from argparse import Namespace
 
-    from localspec.cli.args import mtp_option
+    from localspec.flags.args import mtp_option
 
     assert mtp_option(Namespace(method="auto", spec_type=None)) is None
     assert mtp_option(Namespace(method="auto", spec_type=["mtp"])) is True

@@ -23,8 +23,8 @@ from localspec.backend import devices as devs
 from localspec.backend.context import Context, context_params
 from localspec.backend.model import Model
 from localspec.backend.offload import model_params, plan_pair
-from localspec.cli.args import session_options
 from localspec.cli.main import build_parser, main
+from localspec.flags.args import session_options
 from localspec.placement.load import LoadOptions
 from localspec.placement.plan import Placement
 from localspec.session import SessionOptions

@@ -27,7 +27,7 @@ class CardSession:
 
 
 def _asked(*argv: str) -> Asked:
-    from localspec.cli.args import asked_of
+    from localspec.flags.args import asked_of
 
     return asked_of(build_parser().parse_args(["run", "-m", "x.gguf", "-p", "hi", *argv]))
 

@@ -79,8 +79,8 @@ def write_json(path: str | Path, payload: dict) -> None:
 def add_placement_args(p) -> None:
     """The load flags `run` has that decide where the models compute (GPU offload, RPC
     servers, --recalibrate): a bench measures the placement the user will run."""
-    from localspec.cli.offload import add_offload_args
-    from localspec.cli.rpc import add_rpc_arg
+    from localspec.flags.offload import add_offload_args
+    from localspec.flags.rpc import add_rpc_arg
 
     add_offload_args(p)
     add_rpc_arg(p)
@@ -92,7 +92,7 @@ def add_placement_args(p) -> None:
 
 def session_options(a, n_ctx: int | None = None):
     """SessionOptions for a bench run: its --ctx/--threads plus the placement flags."""
-    from localspec.cli.offload import load_options
+    from localspec.flags.offload import load_options
     from localspec.session import SessionOptions
 
     target_load, draft_load = load_options(a)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from localspec.cli.args import add_model_args, session_options
+from localspec.flags.args import add_model_args, session_options
 from localspec.placement.plan import GiB
 
 DESCRIPTION = """\

@@ -13,13 +13,14 @@ import sys
 
 from localspec import __version__
 from localspec.cli import reasoning as cr
-from localspec.cli.args import add_gen_args, add_model_args, asked_of, session_options
 from localspec.cli.input import read_prompt
 from localspec.cli.interrupt import CtrlC, close_session, ctrl_c_stops
 from localspec.cli.parser import HelpFormatter, Parser
 from localspec.cli.spans import SpanLog
 from localspec.errors import LocalspecError
 from localspec.events import Done, Stats
+from localspec.flags.args import add_gen_args, add_model_args, asked_of, session_options
+from localspec.flags.reasoning import add_reasoning_format_arg
 from localspec.session import SessionOptions
 from localspec.settings import Asked, check, resolve
 
@@ -272,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print one JSON object with text and stats as the last line")
     r.add_argument("--explain", action="store_true", help="print the cost model's prediction table and choice")
     add_gen_args(r)
-    cr.add_reasoning_format_arg(r)
+    add_reasoning_format_arg(r)
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("chat", help="multi-turn chat (TUI; --plain for a line REPL)",
@@ -280,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(c, default_pair=True)
     c.add_argument("--plain", action="store_true", help="line-based REPL instead of the TUI")
     add_gen_args(c)
-    cr.add_reasoning_format_arg(c)
+    add_reasoning_format_arg(c)
     c.set_defaults(func=cmd_chat)
 
     # every subcommand registers itself; a broken import fails loudly (never a missing command)

@@ -1,4 +1,4 @@
-"""`localspec rpc-server` (lend this machine's devices to another's target) and `--rpc`.
+"""`localspec rpc-server`: lend this machine's devices to another's target (`--rpc`: flags/rpc.py).
 
 The server is llama.cpp's own (ggml-rpc, started from this install), so a `localspec`
 client and a llama.cpp `--rpc` client both work against it, as long as both sides come
@@ -19,29 +19,6 @@ SECURITY_WARNING = (
     "encryption: anyone who reaches this port can use its devices and read or change what "
     "they compute. Only bind it on a network you trust (never the open internet)."
 )
-
-
-def _endpoints(text: str) -> list[str]:
-    """argparse type of --rpc: 'HOST:PORT[,HOST:PORT...]' -> list (each checked)."""
-    from localspec.tools import check_endpoint
-
-    out = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        try:
-            check_endpoint(part)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-        out.append(part)
-    if not out:
-        raise argparse.ArgumentTypeError("give at least one HOST:PORT")
-    return out
-
-
-def add_rpc_arg(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """The `--rpc` flag (repeatable, comma lists) -> Namespace.rpc: list of 'HOST:PORT'."""
-    p.add_argument("--rpc", action="extend", type=_endpoints, default=[], metavar="HOST:PORT[,HOST:PORT...]",
-                   help="llama.cpp RPC servers (`localspec rpc-server`) whose devices (RPC0, RPC1, ...) "
-                   "may hold the target's layers; registered before any model loads")
 
 
 def _device_list(text: str) -> list[str]:

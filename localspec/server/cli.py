@@ -17,9 +17,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from localspec.cli.args import add_gen_args, add_model_args, asked_of, session_options
-from localspec.cli.reasoning import add_reasoning_format_arg
 from localspec.errors import ConfigError, LocalspecError
+from localspec.flags.args import add_gen_args, add_model_args, asked_of, session_options
+from localspec.flags.reasoning import add_reasoning_format_arg
 from localspec.server.hosts import host_policy, is_loopback, origin_policy
 from localspec.settings import MAX_TOKENS, check, resolve
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from localspec.cli.input import arg_text
-from localspec.cli.offload import add_offload_args, load_options
-from localspec.cli.reasoning import add_reasoning_args
-from localspec.cli.rpc import add_rpc_arg
 from localspec.config import METHODS, GenConfig, ParseConfig, SamplingConfig, drafter_name
+from localspec.flags.offload import add_offload_args, load_options
+from localspec.flags.reasoning import add_reasoning_args
+from localspec.flags.rpc import add_rpc_arg
+from localspec.flags.text import arg_text
 from localspec.sampling_defaults import LLAMA_CPP_DEFAULTS
 from localspec.session import SessionOptions
 from localspec.settings import Asked, typed_of
