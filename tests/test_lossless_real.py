@@ -145,3 +145,55 @@ def test_multi_draft_auto_with_per_draft_lengths_matches_target_law(pair, monkey
     assert any(len(set(sh)) > 1 for sh in shapes)  # drafts of 1 and 2 tokens side by side
     assert all(t >= 0 for p in pairs for t in p)
     assert chi2_pvalue(pairs, law) > 1e-3
+
+
+# -- under a grammar: the law is the target's MASKED one (decode/constrained.py) -------------
+REGEX = "(Deep|Vast|Blue|Calm|Wild|Salty|Endless|Dark|Big|Cold|The|It|A)[a-z ,]{1,12}\\."
+
+
+def masked_exact_law(sess, spec) -> dict[tuple[int, int], float]:
+    """P(t1, t2) of the target's rows masked by the grammar at each position, same transform."""
+    import numpy as np
+
+    from localspec.backend.grammar import eog_ids, ll_tokenizer
+    from localspec.constrain import Constraint
+    from localspec.sampling import masked_row
+
+    m = sess.target_model
+    matcher = Constraint(spec, ll_tokenizer(m), m.n_vocab, eog_ids(m)).matcher()
+    buf = np.empty(m.n_vocab, dtype=np.float32)
+    toks = sess._prompt_tokens(sess.template.render([{"role": "user", "content": PROMPT}]))
+    ctx = Context(m, n_ctx=512, n_batch=512, n_seq_max=1, threads=1)
+    row = ctx.batch.clear().add_sequence(toks, 0, 0, True)
+    ctx.decode()
+    first = masked_row(ctx.logits(row), SAMPLING, matcher.mask(), buf)
+    law = {}
+    for t1, p1 in zip(first.ids.tolist(), first.probs.tolist(), strict=True):
+        r = ctx.batch.clear().add(t1, len(toks), 0, True)
+        ctx.decode()
+        matcher.consume([t1])
+        second = masked_row(ctx.logits(r), SAMPLING, matcher.mask(), buf)
+        matcher.rollback(1)
+        for t2, p2 in zip(second.ids.tolist(), second.probs.tolist(), strict=True):
+            law[(t1, t2)] = p1 * p2
+        ctx.seq_rm(0, len(toks), -1)
+    return law
+
+
+@pytest.mark.parametrize("method,K", [("sd", 1), ("mdbv", 2)])
+def test_constrained_methods_match_the_masked_target_law(pair, method, K):
+    """T = 1 under a regex: the draft model samples its masked rows, the verifier reads the
+    target's masked rows; the first two tokens follow the masked target's exact law."""
+    from localspec.constrain import ConstraintSpec
+
+    s, _ = pair
+    spec = ConstraintSpec("regex", REGEX)
+    law = masked_exact_law(s, spec)
+    pairs = []
+    for seed in range(N):
+        cfg = GenConfig(method=method, K=K, L=2, n_predict=2, seed=seed, sampling=SAMPLING, dynamic_draft=False,
+                        constraint=spec)
+        list(s.complete(PROMPT, cfg))
+        pairs.append(tuple(s.last_tokens[:2]))
+    assert chi2_pvalue(pairs, law) > 1e-3
+    assert chi2_pvalue(pairs, pair[1]) < 1e-6  # and not the unmasked law: the mask mattered
