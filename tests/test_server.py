@@ -349,8 +349,13 @@ CHAT = "/v1/chat/completions"
     ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "n", "unsupported_parameter"),
     ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, 400, "tools",
      "unsupported_parameter"),
-    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}, 400,
-     "response_format", "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "hi"}], "grammar": "root ::= foo"}, 400, "grammar", "invalid_grammar"),
+    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema"}}, 400,
+     "response_format.json_schema", "missing_required_parameter"),
+    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "xml"}}, 400,
+     "response_format.type", "invalid_value"),
+    ({"messages": [{"role": "user", "content": "hi"}], "json_schema": {"type": "object"}, "grammar": "root ::= \"a\""},
+     400, "json_schema", "invalid_value"),
     ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, 400, "logprobs", "unsupported_parameter"),
     ({"messages": [{"role": "user", "content": "hi"}], "frequency_penalty": 0.5}, 400, "frequency_penalty",
      "unsupported_parameter"),
@@ -498,3 +503,25 @@ def test_serve_answers_503_loading_with_progress_until_ready(pair, tmp_path):
         finally:
             if p.poll() is None:
                 p.kill()
+
+
+def test_structured_output_through_the_openai_sdk(client):
+    """response_format json_schema (strict) and json_object through the real SDK, and
+    llama-server's grammar field: the answers parse and hold the schema under the server's
+    speculative default (sd with the draft model)."""
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16},
+                                               "population": {"type": "integer"}},
+              "required": ["city", "population"], "additionalProperties": False}
+    r = client.chat.completions.create(
+        model="smollm2", max_tokens=48, temperature=0,
+        messages=[{"role": "user", "content": "Name a city and its population as JSON."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}})
+    obj = json.loads(r.choices[0].message.content)
+    assert set(obj) == {"city", "population"} and isinstance(obj["population"], int)
+    r = client.chat.completions.create(model="smollm2", max_tokens=48, temperature=0, messages=HAIKU,
+                                       response_format={"type": "json_object"})
+    assert r.choices[0].finish_reason == "length" or isinstance(json.loads(r.choices[0].message.content), dict)
+    chunks = list(client.chat.completions.create(model="smollm2", max_tokens=12, temperature=0, messages=HAIKU,
+                                                 stream=True, extra_body={"grammar": 'root ::= ("yes" | "no") "."'}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text in ("yes.", "no.")

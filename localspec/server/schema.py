@@ -26,6 +26,8 @@ from localspec.server.fields import (
     in_range,
 )
 from localspec.server.messages import parse_messages, parse_prompt
+from localspec.server.structured import FIELDS as STRUCTURED
+from localspec.server.structured import constraint_of
 from localspec.server.thinking import FIELDS as REASONING_FIELDS
 from localspec.server.thinking import check_template_kwargs, reasoning_budget, reasoning_format
 from localspec.session import Prompt
@@ -38,6 +40,7 @@ _FLAT_SPEC = {"speculative.n_max": "n_max", "speculative.n_min": "n_min", "specu
 _COMMON = frozenset({
     "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "n_predict",
     "temperature", "top_p", "top_k", "min_p", "seed", "stop", "speculative", "localspec", *_FLAT_SPEC,
+    *STRUCTURED,
 })
 CHAT_FIELDS = _COMMON | {"messages", "chat_template_kwargs"} | REASONING_FIELDS
 COMPLETION_FIELDS = _COMMON | {"prompt"}
@@ -168,6 +171,7 @@ def _gen_config(body: Mapping[str, object], limits: Limits, ignored: list[str]) 
         seed = get_int(body, "seed", lo=-1, hi=2**64 - 1)  # -1 / null: a random seed
         cfg.seed = None if seed in (None, -1) else seed
     cfg.stop = _stop(body.get("stop"), cfg.stop)
+    cfg.constraint = constraint_of(body)  # response_format / grammar / json_schema (server/structured.py)
     _speculative(body, cfg, limits.lenient, ignored)
     _fits(body, cfg, limits)
     return cfg
