@@ -64,7 +64,7 @@ def test_accepted_text_is_styled_by_its_proposer() -> None:
     assert t.current.answer() == "abcdfghi"
     runs = styled_runs(t.render_turn(t.current))
     assert ("ab", STYLES["ngram"]) in runs and ("d", STYLES["suffix"]) in runs and ("g", STYLES["draft"]) in runs
-    kinds = ("draft", "ngram", "suffix", "correction", "bonus", "target", "rejected")
+    kinds = ("draft", "ngram", "suffix", "grammar", "correction", "bonus", "target", "rejected")
     assert len({STYLES[k] for k in kinds}) == len(kinds)  # no two provenances look alike
 
 
@@ -72,7 +72,7 @@ def test_the_legend_shows_every_proposer_in_its_style() -> None:
     from localspec.tui.help import help_text
 
     runs = styled_runs(help_text())
-    for kind in ("draft", "ngram", "suffix"):
+    for kind in ("draft", "ngram", "suffix", "grammar"):
         assert any(style == STYLES[kind] for _, style in runs), kind
     assert ("ngram", STYLES["ngram"]) in runs and ("suffix", STYLES["suffix"]) in runs
     assert "prompt lookup" in help_text().plain and "suffix store" in help_text().plain
@@ -251,3 +251,12 @@ def test_model_paths_are_shortened_to_file_names() -> None:
     assert short_name("/root/.cache/models/SmolLM2-135M.Q4_1.gguf") == "SmolLM2-135M.Q4_1.gguf"
     assert short_name("qwen2.5-coder-1.5b") == "qwen2.5-coder-1.5b"
     assert short_name(None) is None
+
+
+def test_forced_grammar_tokens_have_a_span_of_their_own() -> None:
+    t = Transcript()
+    t.begin_turn("q")
+    t.apply_all([Drafted(((1, 2),), ('{"',), "grammar"), Accepted(0, 2, (1, 2), '{"', "grammar"),
+                 Written((3,), "a", "bonus")])
+    assert [(s.text, s.kind) for s in t.current.spans] == [('{"', "grammar"), ("a", "bonus")]
+    assert ('{"', STYLES["grammar"]) in styled_runs(t.render_turn(t.current))

@@ -31,6 +31,7 @@ LEGEND = (
     ("draft", "accepted", "drafted by the small model, accepted by the target"),
     ("ngram", "ngram", "a prompt lookup's draft, accepted (copied from the text so far)"),
     ("suffix", "suffix", "the suffix store's draft, accepted (copied from what the session saw)"),
+    ("grammar", "grammar", "tokens the grammar / JSON schema forced (--grammar, -j): drafted free"),
     ("correction", "corrected", "target token sampled after a rejection"),
     ("bonus", "bonus", "target token after a fully accepted block"),
     ("target", "target", "written by the target alone (AR, PARSE regeneration)"),

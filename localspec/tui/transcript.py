@@ -25,11 +25,14 @@ from rich.text import Text
 from localspec.events import Accepted, Cut, Done, Drafted, Event, Judged, Rejected, Written
 
 SpanKind = Literal[
-    "draft", "ngram", "suffix", "correction", "bonus", "target", "rejected", "cut", "tstar", "note", "error"
+    "draft", "ngram", "suffix", "grammar", "correction", "bonus", "target", "rejected", "cut", "tstar", "note",
+    "error",
 ]
 # Accepted draft text is styled by the proposer that wrote it (Accepted.source): the draft
 # model's green, a lookup's (no model call: text copied from the prompt / the session) its own.
 LOOKUP_KINDS: tuple[SpanKind, ...] = ("ngram", "suffix")
+# drafters with a style of their own: the lookups and the grammar's forced tokens
+OWN_KINDS: tuple[SpanKind, ...] = (*LOOKUP_KINDS, "grammar")
 
 # One place for the colour legend (docs/tui.md mirrors it).
 STYLES: dict[str, str] = {
@@ -37,6 +40,7 @@ STYLES: dict[str, str] = {
     "draft": "#98c379",
     "ngram": "underline #61afef",
     "suffix": "underline #d19a66",
+    "grammar": "underline #abb2bf",
     "correction": "bold #e5c07b",
     "bonus": "#56b6c2",
     "target": "#c678dd",
@@ -52,13 +56,13 @@ STYLES: dict[str, str] = {
 # Lookup text is underlined as well as coloured: copied text stays told apart from the
 # draft model's and the target's even where blue / orange read close to cyan / yellow.
 
-VISIBLE_KINDS = frozenset({"draft", *LOOKUP_KINDS, "correction", "bonus", "target"})
+VISIBLE_KINDS = frozenset({"draft", *OWN_KINDS, "correction", "bonus", "target"})
 
 
 def accepted_kind(source: str) -> SpanKind:
     """The span kind of accepted draft text written by `source` (unknown: the draft model's,
     so a new proposer shows as accepted draft text until it has a colour of its own)."""
-    return next((k for k in LOOKUP_KINDS if k == source), "draft")
+    return next((k for k in OWN_KINDS if k == source), "draft")
 
 
 @dataclass
