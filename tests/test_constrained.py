@@ -137,3 +137,26 @@ def test_gbnf_and_regex_constrain_too(smol):
     gb = ConstraintSpec("gbnf", 'root ::= "[" num ("," num)* "]"\nnum ::= [0-9]+')
     done = list(s.generate(ASK, greedy("sd", L=4, constraint=gb)))[-1]
     assert all(x.isdigit() for x in done.text.strip("[]").split(",")) and done.text.startswith("[")
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "mamba2", "gemma3"])
+def test_every_memory_kind_keeps_ar_text_under_a_grammar(tiny, arch):
+    """The grammar state follows the target's commits on a hybrid (state snapshots), a
+    recurrent (branch copies) and a sliding-window memory as on attention: sd with the
+    near-copy draft (partial acceptances) and with lookups gives AR's text under the same regex."""
+    import re
+
+    from tests.support.helpers import session
+
+    spec = ConstraintSpec("regex", "[a-z]{2,8}( [a-z]{2,8}){3,12}\\.")
+    s = session(tiny[arch], tiny[arch + "-draft"])
+    try:
+        ask = "Write a story about a robot who learns to paint."
+        ref = list(s.complete(ask, greedy("ar", n_predict=40, constraint=spec)))[-1]
+        assert re.fullmatch("[a-z]{2,8}( [a-z]{2,8}){3,12}\\.?", ref.text), ref.text
+        for spec_type in (None, ("ngram", "draft")):
+            done = list(s.complete(ask, greedy("sd", L=4, n_predict=40, constraint=spec, spec_type=spec_type)))[-1]
+            assert done.text == ref.text, (arch, spec_type)
+            assert done.stats.target_calls < done.stats.n_tokens or done.stats.n_tokens < 4
+    finally:
+        s.close()
