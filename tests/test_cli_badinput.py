@@ -84,6 +84,44 @@ CASES: list[tuple[str, list[str | bytes], list[str]]] = [
     ("no-prompt", ["run", "-m", M, "--method", "ar"], ["--prompt"]),
     ("stdin-empty", ["run", "-m", M, "--method", "ar", "-f", "-"], ["stdin", "empty"]),
     ("model-missing", ["run", "-m", "{missing_gguf}", "-p", "hi", "--method", "ar"], ["nope.gguf"]),
+    # constrained output (--grammar, --grammar-file, -j/--json-schema, --json-schema-file): checked
+    # before any model loads, so the model named here ({missing_gguf}) is never looked at
+    ("constraint-grammar-bad", ["run", "-m", "{missing_gguf}", "-p", "hi", "--grammar", "root ::= foo"],
+     ["--grammar", "GBNF grammar", "Rule 'foo' not found"]),
+    ("constraint-grammar-unclosed", ["run", "-m", "{missing_gguf}", "-p", "hi", "--grammar", "root ::= [a-z"],
+     ["--grammar", "GBNF grammar"]),
+    ("constraint-grammar-empty", ["run", "-m", "{missing_gguf}", "-p", "hi", "--grammar", " "],
+     ["--grammar", "empty"]),
+    ("constraint-grammar-not-utf8", ["run", "-m", "{missing_gguf}", "-p", "hi", "--grammar", b"root ::= \"" + LATIN1 + b"\""],
+     ["--grammar", "UTF-8", "0xe9"]),
+    ("constraint-schema-bad-type", ["run", "-m", "{missing_gguf}", "-p", "hi", "-j", '{{"type": "foo"}}'],
+     ["-j/--json-schema", "JSON schema", "Invalid type: foo"]),
+    ("constraint-schema-not-json", ["run", "-m", "{missing_gguf}", "-p", "hi", "--json-schema", "{{type: object}}"],
+     ["-j/--json-schema", "not valid JSON"]),
+    ("constraint-schema-unsupported", ["run", "-m", "{missing_gguf}", "-p", "hi", "-j", '{{"not": {{"type": "null"}}}}'],
+     ["-j/--json-schema", "JSON schema", "not"]),
+    ("constraint-schema-remote-ref", ["run", "-m", "{missing_gguf}", "-p", "hi", "-j", '{{"$ref": "https://x.invalid/s.json"}}'],
+     ["-j/--json-schema", "x.invalid"]),
+    ("constraint-grammar-file-missing", ["run", "-m", "{missing_gguf}", "-p", "hi", "--grammar-file", "{missing}"],
+     ["--grammar-file", "missing.txt", "cannot read"]),
+    ("constraint-grammar-file-not-utf8", ["run", "-m", "{missing_gguf}", "-p", "hi", "--grammar-file", "{latin1}"],
+     ["--grammar-file", "latin1.txt", "UTF-8", "offset 3"]),
+    ("constraint-grammar-file-empty", ["run", "-m", "{missing_gguf}", "-p", "hi", "--grammar-file", "{empty}"],
+     ["--grammar-file", "empty.txt", "empty"]),
+    ("constraint-grammar-file-dir", ["run", "-m", "{missing_gguf}", "-p", "hi", "--grammar-file", "{dir}"],
+     ["--grammar-file", "cannot read", "directory"]),
+    ("constraint-schema-file-missing", ["run", "-m", "{missing_gguf}", "-p", "hi", "--json-schema-file", "{missing}"],
+     ["--json-schema-file", "missing.txt", "cannot read"]),
+    ("constraint-schema-file-bad", ["run", "-m", "{missing_gguf}", "-p", "hi", "--json-schema-file", "{bad_schema}"],
+     ["--json-schema-file", "bad_schema.json", "JSON schema", "Invalid type"]),
+    ("constraint-two-flags", ["run", "-m", "{missing_gguf}", "-p", "hi", "--grammar", 'root ::= "a"', "-j", "{{}}"],
+     ["--grammar", "-j/--json-schema", "not allowed with"]),
+    ("constraint-two-files", ["run", "-m", "{missing_gguf}", "-p", "hi", "--grammar-file", "{missing}",
+                              "--json-schema-file", "{missing}"], ["--grammar-file", "--json-schema-file", "not allowed with"]),
+    ("constraint-chat", ["chat", "--plain", "-m", "{missing_gguf}", "--grammar", "root ::= foo"],
+     ["--grammar", "Rule 'foo' not found"]),
+    ("constraint-serve", ["serve", "-m", "{missing_gguf}", "--port", "1", "-j", '{{"type": "foo"}}'],
+     ["-j/--json-schema", "Invalid type: foo"]),
     # models fetch --from: only the named file is tried; nothing downloaded instead
     ("fetch-from-bad-file", ["models", "fetch", "m", "-q", "--from", "{bad_gguf}"], ["--from", "not tried"]),
     ("fetch-from-missing", ["models", "fetch", "m", "-q", "--from", "{missing_gguf}"],
@@ -101,9 +139,10 @@ def files(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> dict[
     (d / "latin1.txt").write_bytes(LATIN1 + b"\n")
     (d / "empty.txt").write_bytes(b"")
     (d / "bad.gguf").write_bytes(b"this is not a model\n" * 10)
+    (d / "bad_schema.json").write_text('{"type": "foo"}\n')
     return {"model": str(smollm2_path), "latin1": str(d / "latin1.txt"), "empty": str(d / "empty.txt"),
             "missing": str(d / "missing.txt"), "missing_gguf": str(d / "nope.gguf"),
-            "bad_gguf": str(d / "bad.gguf")}
+            "bad_gguf": str(d / "bad.gguf"), "bad_schema": str(d / "bad_schema.json"), "dir": str(d)}
 
 
 @pytest.mark.parametrize("case,argv,expect", CASES, ids=[c[0] for c in CASES])
@@ -130,6 +169,8 @@ def test_bad_input_is_one_line_and_exit_2(case: str, argv: list[str | bytes], ex
         assert s in lines[0], (case, s, lines[0])
     if case.startswith("batch-0"):
         assert "--ctx" not in lines[0]  # the old, wrong advice
+    if case.startswith("constraint-"):
+        assert "nope.gguf" not in lines[0]  # refused before the (missing) model is looked at
     if case.startswith("fetch-from"):
         assert not (tmp_path / "home" / "models" / "m.gguf").exists()  # no fallback
 

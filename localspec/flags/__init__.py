@@ -3,10 +3,11 @@
 
 This room sits below those three, so each imports it and none imports another for its flags
 (cli/ registers bench/'s and server/'s subcommands; they never import cli/). It builds
-settings objects (GenConfig, SessionOptions, LoadOptions) and checks what was typed; it
-loads nothing, and never imports decode/ or backend/.
+settings objects (GenConfig, SessionOptions, LoadOptions, ConstraintSpec) and checks what
+was typed; it loads nothing, and never imports decode/ or backend/.
 
     args.py       model and generation flags -> GenConfig (asked_of), SessionOptions
+    constrain.py  --grammar, --grammar-file, -j/--json-schema, --json-schema-file -> ConstraintSpec
     offload.py    GPU-offload flags (llama.cpp's names) -> LoadOptions
     rpc.py        --rpc HOST:PORT
     reasoning.py  --reasoning, --reasoning-budget, --reasoning-format

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from localspec.config import METHODS, GenConfig, ParseConfig, SamplingConfig, drafter_name
+from localspec.flags.constrain import add_constraint_args, constraint_of
 from localspec.flags.offload import add_offload_args, load_options
 from localspec.flags.reasoning import add_reasoning_args
 from localspec.flags.rpc import add_rpc_arg
@@ -86,6 +87,7 @@ def add_gen_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     g.add_argument("--no-dynamic-draft", action="store_true", help="auto: always draft L tokens (no calibrated per-token stop rule)")
+    add_constraint_args(p)  # --grammar, --grammar-file, -j/--json-schema, --json-schema-file
     pa = p.add_argument_group("PARSE (--method parse)")
     pa.add_argument("--parse-judge", default="likelihood", choices=["prompt", "likelihood", "hybrid"])
     pa.add_argument("--parse-cuts", type=int, default=8, help="max cut points judged per pass")
@@ -136,6 +138,7 @@ def asked_of(a: argparse.Namespace) -> Asked:
         suffix_factor=a.spec_suffix_factor,
         suffix_max_tokens=a.spec_suffix_max_tokens,
         draft_hint=getattr(a, "draft_hint", False),
+        constraint=constraint_of(a),  # compiled once here: a bad grammar is refused before any load
     )
     cfg.validate()
     budget = getattr(a, "reasoning_budget", -1)
