@@ -95,3 +95,16 @@ def test_help_teaches_the_constraint_flags() -> None:
               "lossless", "forced", "at most one"):
         assert s in text, s
 
+
+def test_serve_s_flag_is_every_request_s_default_and_a_request_s_own_replaces_it() -> None:
+    """As llama-server's --grammar / -j: the server's constraint holds for a request that
+    sends none; a request's response_format / grammar / json_schema replaces it."""
+    from localspec.server.schema import Limits, parse_chat
+
+    cfg = _cfg("--grammar", GBNF, command="serve")
+    limits = Limits(cfg=cfg, n_ctx=2048)
+    msgs = [{"role": "user", "content": "hi"}]
+    assert parse_chat({"messages": msgs}, limits).cfg.constraint == cfg.constraint
+    own = parse_chat({"messages": msgs, "response_format": {"type": "json_object"}}, limits).cfg.constraint
+    assert own is not None and own.kind == "json_object"
+    assert parse_chat({"messages": msgs}, Limits(cfg=_cfg(command="serve"), n_ctx=2048)).cfg.constraint is None

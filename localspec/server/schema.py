@@ -171,7 +171,9 @@ def _gen_config(body: Mapping[str, object], limits: Limits, ignored: list[str]) 
         seed = get_int(body, "seed", lo=-1, hi=2**64 - 1)  # -1 / null: a random seed
         cfg.seed = None if seed in (None, -1) else seed
     cfg.stop = _stop(body.get("stop"), cfg.stop)
-    cfg.constraint = constraint_of(body)  # response_format / grammar / json_schema (server/structured.py)
+    # response_format / grammar / json_schema (server/structured.py); without one, serve's own
+    # --grammar / -j (its flag, as llama-server's) holds for every request
+    cfg.constraint = constraint_of(body) or cfg.constraint
     _speculative(body, cfg, limits.lenient, ignored)
     _fits(body, cfg, limits)
     return cfg
