@@ -30,6 +30,7 @@ from localspec.decode.drafters.suffix_shared import SharedSuffix, SlotSuffix
 from localspec.decode.emitter import Emitter
 from localspec.decode.plan import Loop, fit_memory, pick_loop, plan_turn
 from localspec.decode.state import KVState
+from localspec.decode.think_gate import think_gate
 from localspec.decode.turn import Turn
 from localspec.errors import ConfigError
 from localspec.events import Done, Event, Stats
@@ -324,10 +325,11 @@ class RuntimeSession:
         bos_in_text = tm.bos >= 0 and text.startswith(self.template.bos_text or "\0") and spans[0][0] > 0
         return ([tm.bos] if tm.add_bos and not bos_in_text else []) + tm.tokenize_plain(text, spans)
 
-    def _turn_constraint(self, cfg: GenConfig) -> TurnConstraint | None:
+    def _turn_constraint(self, cfg: GenConfig, prompt_text: str | None) -> TurnConstraint | None:
         """The turn's grammar state: a fresh matcher (the answer is constrained, not the
         prompt) of the session's compiled grammar for this spec (compiled once per spec; the
-        model's llguidance tokenizer once per process: backend/grammar.py)."""
+        model's llguidance tokenizer once per process: backend/grammar.py), behind a thinking
+        model's reasoning block (decode/think_gate.py)."""
         spec = cfg.constraint
         if spec is None:
             return None
@@ -339,7 +341,9 @@ class RuntimeSession:
             tm = self.target_model
             compiled = Constraint(spec, ll_tokenizer(tm), tm.n_vocab, eog_ids(tm))
             self._constraints[spec] = compiled
-        return TurnConstraint(compiled.matcher(), self.target_model.n_vocab, spec.kind)  # type: ignore[attr-defined]
+        n = self.target_model.n_vocab
+        matcher = think_gate(compiled.matcher(), self.think_markers, prompt_text, n)  # type: ignore[attr-defined]
+        return TurnConstraint(matcher, n, spec.kind)  # type: ignore[attr-defined]
 
     def _suffix_store(self, cfg: GenConfig, tokens: list[int]) -> SuffixStore | SlotSuffix | None:
         """The session's suffix store when this turn may draft by it (made once; its bound
@@ -356,7 +360,7 @@ class RuntimeSession:
     def _generate(self, tokens: list[int], cfg: GenConfig, prompt_text: str | None) -> Iterator[Event]:
         plan = plan_turn(cfg, self.options, self.target, self.draft, self.mtp)
         cfg, loop, method, needs_costs = plan.cfg, plan.loop, plan.method, plan.needs_costs
-        constraint = self._turn_constraint(cfg)  # a grammar that does not compile raises here
+        constraint = self._turn_constraint(cfg, prompt_text)  # a grammar that does not compile raises here
         self._last = None
         self._stop.clear()  # before the wait: a stop while it waits ends the turn at once
         # the contexts are this generation's until it ends: wait for a timing step in flight

@@ -26,8 +26,8 @@ At every position only the tokens the grammar allows can be sampled, by the targ
 the drafters: speculation stays lossless under a constraint (the answer has the law of
 plain constrained decoding, and at --temp 0 the same text), and the tokens the grammar
 forces (a JSON key, its quotes, a brace) are drafted for free, with no model call, and never
-rejected (`run --json`: "forced"). The grammar applies from the first generated token, a
-thinking model's thinking block included. Checked before any model loads. serve: the
+rejected (`run --json`: "forced"). A thinking model's thinking block stays free; the
+grammar holds the answer after it. Checked before any model loads. serve: the
 constraint of every request that sends no response_format / grammar / json_schema of its own."""
 
 
