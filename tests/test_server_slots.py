@@ -124,3 +124,29 @@ def test_a_follow_up_goes_to_the_slot_that_holds_its_conversation(slots_srv):
     r2 = chat(a2)
     cached = r2["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert cached >= ra["usage"]["prompt_tokens"] - 1, (cached, ra["usage"])
+
+
+def test_each_slot_decodes_under_its_own_request_grammar(slots_srv):
+    """-np 2: concurrent requests with different grammars and none: each slot's turn has its
+    own matcher, so each answer holds its own grammar (and the free one is free)."""
+    import re
+
+    grammars = {"digits": ('root ::= [0-9]{4,8} "."', r"[0-9]{4,8}\."),
+                "words": ('root ::= ("red" | "green" | "blue") (" " ("red" | "green" | "blue")){2,5}',
+                          r"(red|green|blue)( (red|green|blue)){2,5}")}
+
+    def ask(i: int) -> tuple[str | None, str]:
+        name = ("digits", "words", None)[i % 3]
+        body = {"prompt": f"{COUNT} {i}", "max_tokens": 40, "temperature": 0}
+        if name:
+            body["grammar"] = grammars[name][0]
+        r = httpx.post(slots_srv.url + "/v1/completions", timeout=120, json=body)
+        assert r.status_code == 200, r.text
+        return name, r.json()["choices"][0]["text"]
+
+    with ThreadPoolExecutor(3) as ex:
+        answers = list(ex.map(ask, range(6)))
+    for name, text in answers:
+        if name:
+            assert re.fullmatch(grammars[name][1], text), (name, text)
+    assert any(not re.fullmatch(r"[0-9.]*", t) for n, t in answers if n is None)
