@@ -121,6 +121,16 @@ def quantize(src: Path, out: Path, qtype: str, *, threads: int | None = None, pr
     return q(src, out, qtype, threads=threads, progress=progress, pure=pure)
 
 
+# ------------------------------------------------------------------ constrained decoding
+def constraint_costs(sess: Any, spec: Any, prompt: list[int], answer: list[int], L: int,
+                     sampling: Any) -> list[float]:
+    """Seconds of grammar work per iteration on the session's target, the answer replayed in
+    right drafts of L tokens (decode/constraint_cost.py): what `bench constraint` reports."""
+    from localspec.decode.constraint_cost import iteration_costs
+
+    return iteration_costs(sess.target_model, spec, prompt, answer, L, sampling, sess.options.threads)
+
+
 # ------------------------------------------------------------------ PARSE calibration
 def parse_probe(sess: Any) -> Probe:
     """The judge probe on a loaded pair (decode/parse/probe.py): what `bench parse

@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                               "`localspec bench verify --help` (verifier micro-benchmark)")
     bsub = b.add_subparsers(dest="bench_command", metavar="BENCH")
 
-    from localspec.bench import ar, ceiling, memory, slots, speed, suffix, tables
+    from localspec.bench import ar, ceiling, constraint, memory, slots, speed, suffix, tables
 
     s = bsub.add_parser("speed", help="tok/s of AR, each method and llama.cpp's speculative loop, interleaved",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -59,5 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                "with the draft model: localspec bench ceiling -m qwen2.5-coder-1.5b-f16 -md qwen2.5-coder-0.5b-q4_0 --kinds edit")
     ceiling.add_args(c)
     c.set_defaults(func=ceiling.main)
+
+    g = bsub.add_parser("constraint", help="a grammar's Python cost per iteration (fit, masked verify rows, commit) at L",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    constraint.add_args(g)
+    g.set_defaults(func=constraint.main)
 
     b.set_defaults(func=lambda a: (b.print_help(), 2)[1])

@@ -1,0 +1,70 @@
+"""`localspec bench constraint`: the Python cost of a grammar per iteration, beside a target step.
+
+For each prompt of the structured set (or the built-in one), the target writes its greedy
+answer under the prompt's JSON schema; that answer is then replayed in iterations of L right
+drafts and only the grammar's work is timed (tools.constraint_costs: fit, the verify rows read
+at their nodes' grammar states, commit), at T = 0 and at T = 0.7. Printed: median and p99 per
+iteration, and the target's own 1 + L token decode for scale (its cost curve), so the share
+of the iteration the grammar takes is one division away. The goal (issue 39): at most 1 ms
+median at L = 16.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from localspec import tools
+from localspec.config import GenConfig, SamplingConfig
+from localspec.constrain import ConstraintSpec
+from localspec.runtime import open_session
+from localspec.session import SessionOptions
+
+SCHEMA = {"type": "object", "properties": {
+    "name": {"type": "string"}, "age": {"type": "integer"}, "email": {"type": "string"},
+    "tags": {"type": "array", "items": {"type": "string"}},
+    "address": {"type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
+                "required": ["street", "city"]},
+    "status": {"enum": ["active", "inactive", "pending"]}},
+    "required": ["name", "age", "email", "tags", "address", "status"]}
+PROMPT = ("Extract the person as JSON: Maria Lopez, 34, maria.lopez@example.org, lives at 12 Harbour Road "
+          "in Porto, tags: engineer, climber, reader; her account is active.")
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-m", "--target", default="qwen2.5-coder-1.5b", help="target (registry name or path)")
+    p.add_argument("-L", "--draft-len", type=int, default=16, help="drafted tokens per iteration")
+    p.add_argument("-n", "--n-predict", type=int, default=160)
+    p.add_argument("-t", "--threads", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="one JSON line instead of the table")
+
+
+def _row(name: str, secs: list[float]) -> dict:
+    ms = np.array(secs) * 1e3
+    return {"sampling": name, "iterations": len(secs), "median_ms": float(np.median(ms)),
+            "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max())}
+
+
+def main(a: argparse.Namespace) -> int:
+    spec = ConstraintSpec("json_schema", json.dumps(SCHEMA), origin="bench constraint")
+    sess = open_session(a.target, None, SessionOptions(threads=a.threads))
+    try:
+        cfg = GenConfig(method="ar", n_predict=a.n_predict, sampling=SamplingConfig(temp=0.0), constraint=spec)
+        list(sess.generate([{"role": "user", "content": PROMPT}], cfg))
+        prompt, answer = sess.last_prompt_tokens, sess.last_tokens
+        rows = [_row(name, tools.constraint_costs(sess, spec, prompt, answer, a.draft_len, s))
+                for name, s in (("greedy", SamplingConfig(temp=0.0)),
+                                ("T=0.7", SamplingConfig(temp=0.7, top_k=40, top_p=0.95, min_p=0.05)))]
+    finally:
+        sess.close()
+    out = {"target": a.target, "L": a.draft_len, "answer_tokens": len(answer), "rows": rows}
+    if a.json:
+        print(json.dumps(out))
+        return 0
+    print(f"grammar work per iteration, {a.target}, L = {a.draft_len}, {len(answer)} answer tokens")
+    print(f"{'sampling':<10}{'iterations':>11}{'median ms':>11}{'p99 ms':>9}{'max ms':>9}")
+    for r in rows:
+        print(f"{r['sampling']:<10}{r['iterations']:>11}{r['median_ms']:>11.3f}{r['p99_ms']:>9.3f}{r['max_ms']:>9.3f}")
+    return 0
