@@ -86,10 +86,23 @@ def masked_row(logits: np.ndarray, cfg: SamplingConfig, allowed: np.ndarray, buf
     the disallowed logits become -inf in `buf` (a reused float32 row: the logits view is
     never written), then the same transform as transform_row. So the law is the one llama.cpp
     and vLLM sample under a grammar: the target's, masked first, then temperature and the
-    truncations over what is left, renormalised."""
-    np.copyto(buf, logits)
-    buf[~allowed] = -np.inf
-    return transform_row(buf, cfg)
+    truncations over what is left, renormalised.
+
+    Where the grammar allows few tokens (most JSON positions: a few hundred of 152k) the
+    transform runs on those logits alone and maps back: the same filters over the same
+    values in the same id order, without touching the whole row twice."""
+    ids = np.flatnonzero(allowed)
+    if ids.size * 8 < logits.shape[-1]:
+        sub = transform_row(logits[ids], cfg)
+        row = SparseRow(ids[sub.ids], sub.probs)
+    else:
+        np.copyto(buf, logits)
+        buf[~allowed] = -np.inf
+        row = transform_row(buf, cfg)
+    # without truncation (top-k 0, min-p 0, top-p 1) the transform keeps every id, the refused
+    # ones at probability 0: drop them, or every verify row would span the whole vocabulary
+    live = row.probs > 0.0
+    return row if live.all() else SparseRow(row.ids[live], row.probs[live])
 
 
 def transform_rows(logits: np.ndarray, cfg: SamplingConfig) -> list[SparseRow]:

@@ -123,9 +123,9 @@ def quantize(src: Path, out: Path, qtype: str, *, threads: int | None = None, pr
 
 # ------------------------------------------------------------------ constrained decoding
 def constraint_costs(sess: Any, spec: Any, prompt: list[int], answer: list[int], L: int,
-                     sampling: Any) -> list[float]:
-    """Seconds of grammar work per iteration on the session's target, the answer replayed in
-    right drafts of L tokens (decode/constraint_cost.py): what `bench constraint` reports."""
+                     sampling: Any) -> tuple[list[float], list[float]]:
+    """Seconds per iteration on the session's target, the answer replayed in right drafts of L
+    tokens: (with the grammar, the same rows without it) (decode/constraint_cost.py)."""
     from localspec.decode.constraint_cost import iteration_costs
 
     return iteration_costs(sess.target_model, spec, prompt, answer, L, sampling, sess.options.threads)

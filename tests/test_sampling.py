@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from localspec.config import SamplingConfig
 from localspec.sampling import greedy_rows, sample_row, transform_row
@@ -59,3 +60,26 @@ def test_sampling_frequencies_follow_row():
     g = np.random.default_rng(0)
     draws = np.bincount([sample_row(r, g) for _ in range(20000)], minlength=5) / 20000
     np.testing.assert_allclose(draws, [0.05, 0.4, 0.3, 0.15, 0.1], atol=0.015)
+
+
+@pytest.mark.parametrize("n_allowed", [3, 40, 900])
+def test_masked_row_equals_the_transform_of_the_masked_logits(n_allowed):
+    """sampling.masked_row takes a subset path where few tokens are allowed: the same row as
+    setting every refused logit to -inf and transforming, for every sampling setting."""
+    from localspec.sampling import masked_row
+
+    g = np.random.default_rng(n_allowed)
+    V = 1000
+    for cfg in (SamplingConfig(temp=0.7, top_k=40, top_p=0.95, min_p=0.05), SamplingConfig(temp=1.0, top_k=0, top_p=1.0, min_p=0.0),
+                SamplingConfig(temp=0.3, top_k=5, top_p=0.5, min_p=0.2)):
+        logits = g.normal(size=V).astype(np.float32)
+        allowed = np.zeros(V, dtype=bool)
+        allowed[g.choice(V, n_allowed, replace=False)] = True
+        ref = logits.copy()
+        ref[~allowed] = -np.inf
+        want = transform_row(ref, cfg)
+        live = want.probs > 0  # the refused tokens at probability 0 are not the row's support
+        want = type(want)(want.ids[live], want.probs[live])
+        got = masked_row(logits, cfg, allowed, np.empty(V, dtype=np.float32))
+        assert got.ids.tolist() == want.ids.tolist() and np.allclose(got.probs, want.probs)
+        assert allowed[got.ids].all()

@@ -57,9 +57,8 @@ def masked_dist(logits: np.ndarray, sampling: SamplingConfig, m: Matcher, buf: n
     if sampling.greedy:
         tok = int(np.argmax(logits))
         if not m.allowed(tok):
-            np.copyto(buf, logits)
-            buf[~_fit(m.mask(), buf.shape[0])] = -np.inf
-            tok = int(np.argmax(buf))
+            ids = np.flatnonzero(_fit(m.mask(), buf.shape[0]))
+            tok = int(ids[np.argmax(logits[ids])])  # the first of the allowed maxima, as argmax
         return SparseRow(np.array([tok], dtype=np.int64), np.ones(1))
     return masked_row(logits, sampling, _fit(m.mask(), buf.shape[0]), buf)
 

@@ -22,12 +22,14 @@ from localspec.config import SamplingConfig
 from localspec.constrain import Constraint, ConstraintSpec
 from localspec.decode.constrained import TurnConstraint
 from localspec.decode.drafters.trie import chain_trie
+from localspec.sampling import transform_row
 
 
 def iteration_costs(model: Model, spec: ConstraintSpec, prompt: list[int], answer: list[int], L: int,
-                    sampling: SamplingConfig, threads: int | None = None) -> list[float]:
-    """Seconds of constraint work per iteration when `answer` (valid under `spec`) is drafted
-    L tokens at a time and every draft is right."""
+                    sampling: SamplingConfig, threads: int | None = None) -> tuple[list[float], list[float]]:
+    """Seconds per iteration when `answer` (valid under `spec`) is drafted L tokens at a time
+    and every draft is right: (the constrained work: fit, rows, commit; the unconstrained
+    reading of the same rows, what an iteration without a grammar pays for them)."""
     ctx = Context(model, n_ctx=len(prompt) + len(answer) + 8, n_batch=max(512, len(prompt) + len(answer)),
                   n_seq_max=1, threads=threads)
     try:
@@ -42,6 +44,7 @@ def iteration_costs(model: Model, spec: ConstraintSpec, prompt: list[int], answe
     con = TurnConstraint(Constraint(spec, ll_tokenizer(model), model.n_vocab, eog_ids(model)).matcher(),
                          model.n_vocab, spec.kind)
     out: list[float] = []
+    base: list[float] = []
     i = 0
     while i < len(answer):
         toks = answer[i:i + L]
@@ -54,6 +57,13 @@ def iteration_costs(model: Model, spec: ConstraintSpec, prompt: list[int], answe
             con.target_rows(fitted, rows, logits, sampling)
         step = answer[i:i + len(toks) + 1]
         con.commit(step)
-        out.append(time.perf_counter() - t0)
+        t1 = time.perf_counter()
+        for r in rows if fitted is not None else [i]:
+            if sampling.greedy:
+                np.argmax(logits[r])
+            else:
+                transform_row(logits[r], sampling)
+        base.append(time.perf_counter() - t1)
+        out.append(t1 - t0)
         i += len(step)
-    return out
+    return out, base
