@@ -13,15 +13,35 @@ from dataclasses import dataclass
 from importlib import metadata, resources
 from pathlib import Path
 
+from localspec.constrain.spec import ConstraintSpec
+
 
 @dataclass
 class Prompt:
-    """One bench prompt: a user turn (chat-templated by the session) or raw text."""
+    """One bench prompt: a user turn (chat-templated by the session) or raw text.
+
+    `schema`: the JSON schema the answer must match (the structured set): every localspec
+    run of the prompt decodes under it and the llama.cpp peer gets it as `--json-schema`.
+    `half`: "tune" or "report" where the set is split (docs/bench.md#structured-output).
+    """
 
     dataset: str
     id: str
     text: str
     chat: bool = True  # False: raw completion (the plain-text dataset)
+    schema: dict | None = None
+    half: str = ""
+
+    @property
+    def schema_text(self) -> str | None:
+        """The schema as JSON text (what GenConfig.constraint and llama.cpp's flag get)."""
+        return None if self.schema is None else json.dumps(self.schema, ensure_ascii=False)
+
+    @property
+    def constraint(self) -> ConstraintSpec | None:
+        """The constraint every run of this prompt decodes under (None: unconstrained)."""
+        text = self.schema_text
+        return None if text is None else ConstraintSpec("json_schema", text, origin=f"prompt {self.id}'s schema")
 
 
 def read_jsonl(name: str) -> list[dict]:
@@ -30,15 +50,28 @@ def read_jsonl(name: str) -> list[dict]:
     return [json.loads(line) for line in raw.splitlines() if line.strip()]
 
 
-def load_prompts(path: str | None, kinds: list[str] | None = None, limit: int | None = None) -> list[Prompt]:
-    """Chat prompts from a JSONL file of {id, kind, prompt} (default: the shipped speed set)."""
+# shipped sets in their own file, read only when --kinds names them: the default set stays
+# the speed set (bench serve, slots and ceiling read it too and apply no schema)
+OWN_FILE_KINDS = ("structured",)
+HALVES = ("tune", "report")
+
+
+def load_prompts(path: str | None, kinds: list[str] | None = None, limit: int | None = None,
+                 half: str | None = None) -> list[Prompt]:  # fmt: skip
+    """Chat prompts from a JSONL file of {id, kind, prompt} and optionally {schema, half}
+    (default: the shipped speed set, plus prompts/structured.jsonl when `kinds` names
+    "structured"). `half`: only the rows of that half ("tune" / "report"); `limit`: the
+    first N rows left after the kind and half filters."""
     if path:
         rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
     else:
-        rows = read_jsonl("speed")
+        rows = read_jsonl("speed") + [r for k in OWN_FILE_KINDS if kinds and k in kinds for r in read_jsonl(k)]
     if kinds:
         rows = [r for r in rows if r.get("kind") in kinds]
-    return [Prompt(r.get("kind", ""), r["id"], r["prompt"]) for r in (rows[:limit] if limit else rows)]
+    if half:
+        rows = [r for r in rows if r.get("half") == half]
+    return [Prompt(r.get("kind", ""), r["id"], r["prompt"], schema=r.get("schema"), half=r.get("half", ""))
+            for r in (rows[:limit] if limit else rows)]
 
 
 def machine_info(threads: int | None) -> dict:

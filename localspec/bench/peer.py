@@ -246,6 +246,7 @@ def build_speculative_cmd(
     min_p: float = 0.05,
     extra_args: Sequence[str] = (),
     spec_type: str = "draft-simple",
+    json_schema: str | None = None,
 ) -> list[str]:
     """The command line, flag names as in the vendored llama.cpp (common/arg.cpp).
 
@@ -254,6 +255,8 @@ def build_speculative_cmd(
     `--no-escape` because escape processing is ON by default and would turn a code
     prompt's backslashes into control characters; one thread count for target, draft,
     generation and batch, as localspec uses; sampler defaults equal localspec's.
+    `json_schema` (JSON text): the answer must match it (llama.cpp's `--json-schema`, which
+    compiles it to a GBNF grammar for the target's sampler), as localspec's constrained runs.
     """
     t = str(threads)
     # draft-mtp drafts with the target's own head: a -md would load a second copy as the draft
@@ -276,6 +279,7 @@ def build_speculative_cmd(
         "--top-p", repr(float(top_p)),
         "--min-p", repr(float(min_p)),
         "-s", str(seed),
+        *(["--json-schema", json_schema] if json_schema is not None else []),
         *extra_args,
     ]  # fmt: skip
 
@@ -286,7 +290,8 @@ def run_speculative_simple(
 ) -> PeerResult:
     """Run llama.cpp's speculative loop once on an already chat-templated prompt.
 
-    `options` go to build_speculative_cmd (ctx_size, top_k, top_p, min_p, extra_args).
+    `options` go to build_speculative_cmd (ctx_size, top_k, top_p, min_p, extra_args,
+    spec_type, json_schema).
     `prompt` is raw text (pass it through to_peer_prompt()); the tool does not apply a chat
     template itself. Raises PeerNotBuiltError / PeerRunError with messages naming the fix.
     """

@@ -20,6 +20,7 @@ from pathlib import Path
 from localspec.bench import peer
 from localspec.bench.common import Prompt
 from localspec.config import GenConfig, SamplingConfig
+from localspec.constrain.spec import ConstraintSpec
 from localspec.events import Done, Event
 from localspec.session import Prompt as SessionPrompt
 from localspec.session import Session
@@ -56,14 +57,16 @@ class Spec:
             return ("auto" if self.free else f"auto K={self.K} L<={self.L}") + via + (" hint" if self.hint else "")
         return f"{self.method}{via} K={self.K} L={self.L}"
 
-    def gen(self, a: argparse.Namespace, seed: int) -> GenConfig:
+    def gen(self, a: argparse.Namespace, seed: int, constraint: ConstraintSpec | None = None) -> GenConfig:
         """The GenConfig of this spec under the bench flags `a` (n_predict, draft_temp and,
-        for a free `auto`, --auto-free)."""
+        for a free `auto`, --auto-free); `constraint`: the prompt's (its schema), the same for
+        every spec of the prompt, AR included, so ratios compare like with like."""
         free = self.method == "auto" and self.free and getattr(a, "auto_free", True)
         return GenConfig(
             method=self.method, K=self.K, L=max(self.L, 1), n_predict=a.n_predict, seed=seed,
             draft_temp=a.draft_temp, sampling=SamplingConfig(temp=self.T), auto_K=free, auto_L=free,
             spec_type=tuple(self.proposers.split(",")) if self.proposers else None, draft_hint=self.hint,
+            constraint=constraint,
         )  # fmt: skip
 
 
@@ -192,15 +195,21 @@ class Runner:
         """One localspec generation of prompt p under spec s (the suffix store emptied first:
         the same prompt under an earlier spec must not be in it)."""
         self.sess.forget_lookups()
-        done = drain(self.sess.generate(session_prompt(p), s.gen(self.a, seed)))
+        done = drain(self.sess.generate(session_prompt(p), s.gen(self.a, seed, p.constraint)))
         st = done.stats
         tau = sum(st.accepted_lengths) / len(st.accepted_lengths) if st.accepted_lengths else 0.0
+        js = st.to_json()
         return Run(
             p.dataset, p.id, s.method, s.K, s.L, s.T, st.tok_per_s, st.n_tokens, st.target_calls,
             st.seconds, st.draft_seconds, st.verify_seconds, st.overhead_seconds, st.iterations, tau,
             done.reason, done.text, s.label, {"choice": st.choice_note, "method": st.method, "ran": st.ran,
                                                "predicted": [list(x) for x in st.predicted],
-                                               "stacked": st.stacked, "proposers": st.by_proposer()},
+                                               "stacked": st.stacked,
+                                               # per drafter: {drafted, accepted, acceptance}
+                                               "proposers": js["proposers"],
+                                               # the constraint's kind (None: none) and the tokens
+                                               # its grammar forced (the `grammar` drafter's)
+                                               "constraint": js["constraint"], "forced": js["forced"]},
         )  # fmt: skip
 
     def peer(self, p: Prompt, s: Spec, seed: int) -> Run:
@@ -208,14 +217,16 @@ class Runner:
         assert self.peer_models is not None
         text = peer_prompt(self.sess, p)
         a = self.a
+        schema = {"json_schema": p.schema_text} if p.schema is not None else {}  # its --json-schema
         r = peer.run_speculative_simple(
             *self.peer_models, text, n_predict=a.n_predict, threads=a.threads or 2, draft_max=s.L,
             draft_min=0, p_min=a.peer_p_min, temp=s.T, seed=seed, ctx_size=a.ctx,
-            spec_type=s.proposers or "draft-simple",
+            spec_type=s.proposers or "draft-simple", **schema,
         )  # fmt: skip
         return Run(
             p.dataset, p.id, PEER, 1, s.L, s.T, r.tok_per_s, r.n_predict, 0, r.seconds, text=r.text or "",
-            label=s.label, extra={"acceptance": r.acceptance, "command": r.command},
+            label=s.label, extra={"acceptance": r.acceptance, "command": r.command, "drafted": r.n_drafted,
+                                  "accepted": r.n_accepted, "constraint": "json_schema" if schema else None},
         )  # fmt: skip
 
     def run_all(self, jobs: Sequence[Job], desc: str) -> tuple[list[Run], bool]:

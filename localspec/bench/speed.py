@@ -14,6 +14,7 @@ import sys
 from dataclasses import replace
 
 from localspec.bench.common import (
+    HALVES,
     add_placement_args,
     load_prompts,
     machine_info,
@@ -159,6 +160,43 @@ def predicted_vs_measured(results: list[Run]) -> tuple[str, dict]:
     return ("\n".join(rows) if out else ""), out
 
 
+def pooled_proposers(rs: list[Run]) -> dict[str, dict]:
+    """{drafter: {drafted, accepted, acceptance}} summed over runs (`run --json`'s
+    "proposers" shape); the peer's one draft counts as "draft". Drafters that drafted
+    nothing are left out."""
+    tot: dict[str, list[int]] = {}
+    for r in rs:
+        per = r.extra.get("proposers")
+        if per is None and "drafted" in r.extra:  # the peer: llama.cpp's accepted / drafted
+            per = {"draft": {"drafted": r.extra["drafted"], "accepted": r.extra["accepted"]}}
+        for name, v in (per or {}).items():
+            d, a = (v["drafted"], v["accepted"]) if isinstance(v, dict) else v
+            t = tot.setdefault(name, [0, 0])
+            t[0] += d
+            t[1] += a
+    return {k: {"drafted": d, "accepted": a, "acceptance": a / d} for k, (d, a) in tot.items() if d}
+
+
+def constrained(results: list[Run], labels: list[str]) -> tuple[str, dict]:
+    """For runs under a constraint (the structured set): per column, the share of its tokens
+    the grammar forced (pooled: Σ forced / Σ tokens; "—" for the peer, which does not say)
+    and each drafter's acceptance, pooled over prompts. Empty when nothing was constrained."""
+    rows = ["| config | prompts | forced share | acceptance per drafter (accepted / drafted) |",
+            "|---|---|---|---|"]
+    out: dict = {}
+    for lab in labels:
+        rs = [r for r in results if r.label == lab and r.extra.get("constraint")]
+        if not rs:
+            continue
+        toks = sum(r.n_tokens for r in rs)
+        share = None if rs[0].method == PEER else (sum(r.extra.get("forced", 0) for r in rs) / toks if toks else 0.0)
+        per = pooled_proposers(rs)
+        out[lab] = {"prompts": len(rs), "tokens": toks, "forced_share": share, "proposers": per}
+        acc = ", ".join(f"{k} {v['acceptance']:.2f} ({v['accepted']}/{v['drafted']})" for k, v in per.items()) or "—"
+        rows.append(f"| {lab} | {len(rs)} | {_num(share)} | {acc} |")
+    return ("\n".join(rows) if out else ""), out
+
+
 def greedy_identical(results: list[Run]) -> dict[str, bool]:
     """{prompt id: every localspec column wrote the same text} (the last repeat's texts)."""
     texts: dict[str, dict[str, str]] = {}
@@ -169,6 +207,7 @@ def greedy_identical(results: list[Run]) -> dict[str, bool]:
 
 
 def main(a: argparse.Namespace) -> int:
+    from localspec.errors import ConfigError
     from localspec.models import default_pair
     from localspec.runtime import open_session
 
@@ -176,7 +215,13 @@ def main(a: argparse.Namespace) -> int:
     if target is None:
         target, draft0 = default_pair()
         draft = draft or draft0
-    prompts = load_prompts(a.prompts, a.kinds, 3 if a.quick and not a.limit else a.limit)
+    prompts = load_prompts(a.prompts, a.kinds, 3 if a.quick and not a.limit else a.limit, a.half)
+    if not prompts:
+        picked = [f"--kinds {' '.join(a.kinds)}" if a.kinds else "", f"--half {a.half}" if a.half else ""]
+        raise ConfigError(f"no prompts match {' '.join(x for x in picked if x) or 'the prompt file'}")
+    for p in prompts:  # a schema llguidance refuses: one line before any model loads
+        if p.constraint is not None:
+            p.constraint.grammar()
     if a.quick:
         a.n_predict = min(a.n_predict, 64)
     configs = parse_grid(a.methods, a.grid, a.temp)
@@ -216,6 +261,13 @@ def main(a: argparse.Namespace) -> int:
     if pred_md:
         print("\nthe cost model's predicted speedup over AR vs the measured one (medians over prompts):")
         print(pred_md)
+    con_md, con = constrained(results, labels)
+    if con_md:
+        print("\nunder each prompt's JSON schema (every column, AR and llama.cpp included): the tokens the "
+              "grammar forced and each drafter's acceptance, pooled over prompts:")
+        print(con_md)
+    for lab, c in con.items():
+        summary[lab].update(forced_share=c["forced_share"], proposers=c["proposers"])
     payload = {
         "machine": machine_info(a.threads),
         "target": target,
@@ -227,6 +279,7 @@ def main(a: argparse.Namespace) -> int:
         "table_markdown": md,
         "multi_vs_single": multi,
         "predicted_vs_measured": pred,
+        "constrained": con,
         "interrupted": interrupted,
     }
     if a.out:
@@ -246,7 +299,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "with --draft-hint; METHOD+SPEC-TYPE names who drafts (sd+ngram, auto+ngram,draft)")
     p.add_argument("--grid", nargs="+", default=["1:8", "3:6"], help="K:L settings for explicit methods")
     p.add_argument("--prompts", default=None, help="JSONL prompts file (default: shipped code/chat/math set)")
-    p.add_argument("--kinds", nargs="*", default=None, help="prompt kinds to keep (code, chat, math, edit)")
+    p.add_argument("--kinds", nargs="*", default=None,
+                   help="prompt kinds to keep (code, chat, math, edit; structured: the JSON-schema set, "
+                        "each prompt decoded under its schema by every column)")
+    p.add_argument("--half", choices=HALVES, default=None,
+                   help="only the prompts of this half of a split set (structured: tune policy on 'tune', "
+                        "report figures on 'report')")
     p.add_argument("--limit", type=int, default=None, help="first N prompts only")
     p.add_argument("-n", "--n-predict", dest="n_predict", type=int, default=200)
     p.add_argument("--temp", type=float, default=0.0)
