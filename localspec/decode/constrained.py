@@ -80,7 +80,6 @@ class TurnConstraint:
         self.matcher = matcher
         self.label = label  # what --json and the stats say (e.g. "json_schema")
         self.buf = np.empty(n_vocab, dtype=np.float32)
-        self.forced_total = 0  # tokens the grammar forced this turn (drafted for free)
 
     # ------------------------------------------------------------------ one row
     def row(self, logits: np.ndarray, sampling: SamplingConfig) -> SparseRow:
@@ -106,6 +105,7 @@ class TurnConstraint:
                 more = self.matcher.forced(L - len(toks))
             finally:
                 self.matcher.rollback(len(toks))
+            trie.forced += len(more)
             for t in more:
                 depth = len(trie.path[0]) + 1
                 trie.nodes.append(Node(t, depth, [0], trie.path[0][-1] if trie.path[0] else -1))

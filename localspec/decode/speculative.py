@@ -142,7 +142,7 @@ def spec_iteration(turn: Turn, st: SpecSettings, drafter: Drafter, rng: NumpyRNG
     stats.draft_calls += trie.draft_calls
     stats.record(d.tau, own)
     _count(stats, trie, d, own)
-    events = _events(turn, x, d, acc, own, trie.source_of(d.k))
+    events = _events(turn, x, d, acc, own, trie.source_of(d.k), trie.forced)
     t3 = time.perf_counter()
     stats.draft_seconds += t1 - t0
     stats.verify_seconds += t2 - t1
@@ -155,8 +155,11 @@ def _count(stats: Stats, trie: DraftTrie, d: Decision, own: int) -> None:
     each drafter other than the draft model drafted and had accepted; in a stack, the other
     drafters' drafts were verified too (in `drafted` beside the kept one's)."""
     if trie.sources is None:
+        mine = own - trie.forced  # a grammar's forced tail is the grammar drafter's (constrained.fit)
+        if trie.forced:
+            stats.record_proposed("grammar", trie.forced, max(0, d.tau - mine))
         if trie.source != DRAFT_MODEL:
-            stats.record_proposed(trie.source, own, d.tau)
+            stats.record_proposed(trie.source, mine, min(d.tau, mine))
         return
     for k, src in enumerate(trie.sources):
         if src != DRAFT_MODEL and (k == d.k or trie.sources.index(src) == k):
@@ -166,14 +169,19 @@ def _count(stats: Stats, trie: DraftTrie, d: Decision, own: int) -> None:
     stats.stacked += 1
 
 
-def _events(turn: Turn, x: np.ndarray, d: Decision, acc: list[int], own: int, source: str) -> list[Event]:
+def _events(turn: Turn, x: np.ndarray, d: Decision, acc: list[int], own: int, source: str,
+            forced: int = 0) -> list[Event]:
     """Drafted, Accepted, Rejected and the target's Written token of one iteration; the
-    draft events name the proposer that wrote this iteration's trie (frontends colour by it)."""
+    draft events name the proposer that wrote this iteration's trie (frontends colour by it).
+    A grammar's forced tail (constrained.fit) is accepted as the grammar's own span."""
     model, emitter = turn.target_model, turn.emitter
     drafts = tuple(tuple(int(t) for t in row if t != PAD) for row in x)
     events: list[Event] = [Drafted(drafts, tuple(model.detokenize(row) for row in drafts), source)]
-    taken, text = emitter.push(acc)
-    events.append(Accepted(d.k, d.tau, tuple(acc[:taken]), text, source))
+    mine = min(len(acc), own - forced) if d.k == 0 else len(acc)
+    for part, by in ((acc[:mine], source), (acc[mine:], "grammar")):
+        if by == source or (part and not emitter.done):
+            taken, text = emitter.push(part)
+            events.append(Accepted(d.k, len(part), tuple(part[:taken]), text, by))
     rej = drafts[d.k][d.tau :]
     if rej:
         events.append(Rejected(d.k, rej, model.detokenize(rej), source))

@@ -134,6 +134,8 @@ def propose(
                     trie.path[k].append(idx)
         if depth == L:
             break
+        if K == 1 and new_ms[0] is not None and new_ms[0].forced(1):
+            break  # the grammar forces what follows: the loop appends it free (constrained.fit), no decode
         # best case for the next token: drafted at full confidence (the calibration's top bin);
         # where not even that would pay, skip the decode that would feed it
         if stop is not None:

@@ -49,6 +49,7 @@ class DraftTrie:
     # and the verifier their different q rows need (None: the method's own)
     sources: list[str] | None = None
     verifier: str | None = None
+    forced: int = 0  # tokens a grammar forced, appended to draft 0's end (decode/constrained.fit)
 
     @property
     def draft_calls(self) -> int:
