@@ -75,6 +75,7 @@ def _auto(smollm2_path, draft_path, monkeypatch, tmp_path, target_curve: CostCur
     return s, ref, events, cfg
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 @pytest.mark.parametrize("spec_type", [None, ("ngram+draft",)])
 def test_auto_stacks_where_the_verify_rows_are_nearly_free(smollm2_path, smollm2_q2k_path, monkeypatch, tmp_path,
                                                            spec_type):
@@ -115,6 +116,7 @@ def test_auto_does_not_stack_where_verified_rows_cost_more_than_they_add(smollm2
     assert st.stacked == 0 and "stacks" not in st.ran, st.ran
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 def test_auto_with_a_chain_asked_for_drafts_one_proposer_per_iteration(smollm2_path, smollm2_q2k_path,
                                                                         monkeypatch, tmp_path):
     """--spec-type ngram,draft is a chain: auto never stacks its two, even where it would pay."""

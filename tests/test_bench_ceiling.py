@@ -146,6 +146,7 @@ def test_the_draft_goes_where_the_lookup_is_wrong() -> None:
     assert both > max(lookups, model) and 0.0 < share < 1.0
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 @pytest.mark.parametrize("kind", ["smollm2", "qwen35", "mamba2"])
 def test_a_model_agrees_with_its_own_greedy_answer(smollm2_q8_path, tiny, kind) -> None:
     """decode/agreement.py's one teacher-forced decode: a model as its own draft agrees with
@@ -182,6 +183,7 @@ def test_a_model_agrees_with_its_own_greedy_answer(smollm2_q8_path, tiny, kind) 
     assert sum(a != b for a, b in zip(chunked, own, strict=True)) <= 0.1 * len(gen)
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 def test_bench_ceiling_with_a_draft_model_end_to_end(smollm2_q8_path, smollm2_q4_0_path, tmp_path, capsys) -> None:
     """`-md` with a given draft step (no llama-bench): rows for the model alone and beside
     each lookup mode; the oracle over both is never below the lookup's own replay."""

@@ -7,7 +7,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 def test_bench_constraint_reports_both_samplings(smollm2_path):
     r = subprocess.run([sys.executable, "-m", "localspec.cli", "bench", "constraint", "-m", str(smollm2_path),
                         "-L", "8", "-n", "48", "-t", "1", "--json"], capture_output=True, text=True, timeout=300)

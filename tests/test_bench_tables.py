@@ -162,6 +162,7 @@ def test_write_results_on_synthetic_runs(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- end to end
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 def test_bench_tables_on_smollm2(tmp_path: Path, smollm2_path: Path, smollm2_q4_0_path: Path,
                                  capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     """Two datasets x 1 prompt x 8 tokens, every method, K and T ablations, the peer when

@@ -111,6 +111,7 @@ def test_auto_drafts_forced_tokens_first(smol, monkeypatch, tmp_path):
     assert done.stats.proposed.get("grammar", (0, 0))[0] > 0
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 @pytest.mark.parametrize("method,K", [("sd", 1), ("mdbv", 3)])
 def test_sampled_answers_are_valid_json(smol, method, K):
     s, _ = smol

@@ -187,6 +187,7 @@ def test_the_tui_starts_timing_after_load_and_shows_its_progress() -> None:
     run_app(app, body)
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 def test_real_timing_between_generations_leaves_both_right(smollm2_path, smollm2_q4_0_path, monkeypatch) -> None:
     """The real timing, one step at a time between generations whose draft uses the
     timing's scratch sequence (K = n_seq_max - 1) and drops it: every step still times a

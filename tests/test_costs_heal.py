@@ -103,6 +103,7 @@ def _choice(sess, cfg) -> str:
     return next(line for line in sess.explain(cfg).splitlines() if line.startswith("choice:"))
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 @pytest.mark.parametrize("poison", ["one-token", "whole-curve"])
 def test_poisoned_cache_is_healed_within_one_turn(home, clock, smollm2_path, smollm2_q8_path, poison) -> None:
     """A near-identical draft (every draft token accepted, as this pair's saved history says)

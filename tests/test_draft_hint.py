@@ -104,6 +104,7 @@ def _auto(smollm2_path, smollm2_q4_0_path, monkeypatch, tmp_path, hint: bool, te
     return list(s.generate(EDIT, cfg))[-1], ref
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 @pytest.mark.parametrize("temp", [0.0, 0.8])
 def test_auto_hints_the_draft_with_the_lookup_and_drafts_the_same(smollm2_path, smollm2_q4_0_path, monkeypatch,
                                                                    tmp_path, temp):

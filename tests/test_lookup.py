@@ -201,6 +201,7 @@ def test_a_stack_is_one_lookup_and_the_draft_model():
         GenConfig(method="mdbv", K=2, spec_type=("ngram",)).validate()
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 @pytest.mark.parametrize("method,K", [("sd", 1), ("mdbv", 2)])
 def test_stacked_lookup_and_draft_in_one_pass_give_ar_text(smol, method, K):
     """--spec-type ngram+draft: the lookup's draft and the model's K drafts are scored in ONE
@@ -220,6 +221,7 @@ def test_stacked_lookup_and_draft_in_one_pass_give_ar_text(smol, method, K):
     assert by == {"ngram", "draft"}  # each kept span names the proposer that drafted it
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 def test_auto_without_a_draft_model_uses_lookups_where_the_gate_says_they_pay(smollm2_path, monkeypatch, tmp_path):
     """No -md: auto prices lookups with the target's curve; under a curve where verifying
     more tokens is nearly free (a GPU's, a big memory-bound target's) it drafts by lookup,

@@ -77,6 +77,7 @@ def test_memory_kind_is_read_at_load(tiny, arch):
     *[(a, p) for a in ("qwen35", "mamba2", "gemma3", "qwen3moe") for p in ("both", "as-target", "as-draft")],
     ("qwen35-mtp", "both"),  # a target with a nextn layer: its trunk runs as before
 ])
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 def test_every_offered_method_gives_ar_greedy_text(tiny, arch, pairing):
     target, draft = pairings(tiny, arch)[pairing]
     sess = session(target, draft)
@@ -126,6 +127,7 @@ def test_auto_times_and_runs_on_a_hybrid_pair(tiny, tmp_path, monkeypatch):
     assert "memory: target hybrid, 16 state snapshots" in sess.explain(cfg)
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 def test_auto_speculating_on_recurrent_memories_keeps_ar_text(tiny, monkeypatch):
     """Under a cost model where speculation always pays, auto speculates with K = 1 on a
     recurrent target (branch path) and a hybrid draft, with dynamic draft lengths."""

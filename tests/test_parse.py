@@ -116,6 +116,7 @@ def _run(sess, cfg: GenConfig, prompt: str = QUESTION) -> list:
     return list(sess.complete(prompt, cfg))
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 def test_end_to_end_text_is_accepted_prefix_plus_target(smollm2_path: Path, smollm2_q4_0_path: Path) -> None:
     sess = session(smollm2_path, smollm2_q4_0_path, threads=1)
     pc = ParseConfig(judge="likelihood", gamma=0.5, cuts=6, min_seg=4, resume="target")
@@ -151,6 +152,7 @@ def test_end_to_end_text_is_accepted_prefix_plus_target(smollm2_path: Path, smol
     sess.close()
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 def test_iterative_rounds_and_json_record(smollm2_path: Path, smollm2_q4_0_path: Path) -> None:
     sess = session(smollm2_path, smollm2_q4_0_path, threads=1)
     for judge in ("likelihood", "prompt", "hybrid"):
@@ -209,6 +211,7 @@ def test_resume_spec_is_parse_composed_with_lossless_decoding(smollm2_path: Path
     assert gap is None or gap < 1.0, f"diverged from the target's greedy answer with a logit gap of {gap}"
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 def test_resume_spec_without_L_finishes_as_auto(smollm2_path: Path, smollm2_q4_0_path: Path, monkeypatch) -> None:
     """No -L given: PARSE's finish runs what `--method auto` would, with the session's cost
     model. On this pair the draft costs as much as the target, so auto writes the rest with

@@ -464,6 +464,7 @@ def test_bench_client_reads_our_stream(small):
     assert row["requests"] == 1 and row["ttft_p50_ms"] == s.ttft * 1e3
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 def test_serve_answers_503_loading_with_progress_until_ready(pair, tmp_path):
     """From the moment the port is bound, a client gets an answer: llama-server's 503
     "Loading model" JSON with localspec's progress (loading, then the -np start-up timing,

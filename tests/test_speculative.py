@@ -46,6 +46,7 @@ def first_divergence_gap(sess, target_path, ar: list[int], sp: list[int], prompt
     return abs(float(lg[ar[i]] - lg[sp[i]]))
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 @pytest.mark.parametrize("method", METHODS)
 def test_greedy_same_model_equals_ar(same_pair, smollm2_path, method):
     """K = 1 and K = 2 identical greedy drafts: the text equals AR's (the near-tie rule is
@@ -69,6 +70,7 @@ def test_greedy_same_model_equals_ar(same_pair, smollm2_path, method):
         assert np.mean(full) + 1 >= 0.8 * (L + 1), done.stats.accepted_lengths
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 def test_greedy_different_draft_equals_ar(smollm2_path, smollm2_q4_0_path):
     """A Q4_0 draft disagrees often; the output must still be the target's greedy text.
 
@@ -102,6 +104,7 @@ def test_each_token_evaluated_once(smollm2_path, smollm2_q4_0_path):
     assert s.draft.ctx.n_evaluated < s.target.ctx.n_evaluated
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 def test_kv_invariant_after_20_iterations(smollm2_path, smollm2_q4_0_path):
     s = session(smollm2_path, smollm2_q4_0_path)
     done = gen(s, "Write a long story about a dragon.", method="gbv", K=1, L=4, n_predict=400,
@@ -133,6 +136,7 @@ def _fresh_last_logits(path, toks: list[int]) -> np.ndarray:
     return fresh.logits(r).copy()
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 def test_kv_invariant_with_per_draft_lengths(smollm2_path, smollm2_q4_0_path, monkeypatch):
     """K = 3 sampled drafts that each end on their own (auto at T > 0): a draft's last tokens
     are often not in the draft's KV while its siblings' are. After 20+ iterations both
@@ -212,6 +216,7 @@ def test_bad_k_and_l_name_the_flag(smollm2_path):
         gen(s, "hi", method="mdbv", K=4, L=10)
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 def test_greedy_multi_draft_divergence_only_at_near_ties(smollm2_path, smollm2_q4_0_path):
     """K=2 sampled drafts at T=0: the text is the target's greedy text up to batch numerics.
 

@@ -77,6 +77,7 @@ def test_which_prompts_get_a_gate():
     assert think_gate(inner, MARKERS, "q ", V).state == FIRST  # the model may open one
 
 
+@pytest.mark.slow  # > 7 s on 2 cores: the long tier (README's command stays short)
 @pytest.mark.model
 def test_a_tiny_thinking_model_reasons_freely_under_a_grammar():
     """R1-style template (the prompt opens the block): the random model never closes it, so
