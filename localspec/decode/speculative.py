@@ -178,8 +178,8 @@ def _events(turn: Turn, x: np.ndarray, d: Decision, acc: list[int], own: int, so
     drafts = tuple(tuple(int(t) for t in row if t != PAD) for row in x)
     events: list[Event] = [Drafted(drafts, tuple(model.detokenize(row) for row in drafts), source)]
     mine = min(len(acc), own - forced) if d.k == 0 else len(acc)
-    for part, by in ((acc[:mine], source), (acc[mine:], "grammar")):
-        if by == source or (part and not emitter.done):
+    for i, (part, by) in enumerate(((acc[:mine], source), (acc[mine:], "grammar"))):
+        if i == 0 or (part and not emitter.done):  # the kept draft's own span always, then the forced tail
             taken, text = emitter.push(part)
             events.append(Accepted(d.k, len(part), tuple(part[:taken]), text, by))
     rej = drafts[d.k][d.tau :]
