@@ -21,7 +21,7 @@ from localspec.decode.blocks import PAD, one_hot, verify_rows
 from localspec.decode.drafters import registry
 from localspec.decode.drafters.base import Drafter, DraftRequest
 from localspec.decode.drafters.combine import ChainDrafter, StackDrafter
-from localspec.decode.drafters.trie import DraftStop, DraftTrie
+from localspec.decode.drafters.trie import GRAMMAR, DraftStop, DraftTrie
 from localspec.decode.state import MAIN, KVState
 from localspec.decode.turn import Turn
 from localspec.events import Accepted, Drafted, Event, Rejected, Stats, Written
@@ -157,7 +157,7 @@ def _count(stats: Stats, trie: DraftTrie, d: Decision, own: int) -> None:
     if trie.sources is None:
         mine = own - trie.forced  # a grammar's forced tail is the grammar drafter's (constrained.fit)
         if trie.forced:
-            stats.record_proposed("grammar", trie.forced, max(0, d.tau - mine))
+            stats.record_proposed(GRAMMAR, trie.forced, max(0, d.tau - mine))
         if trie.source != DRAFT_MODEL:
             stats.record_proposed(trie.source, mine, min(d.tau, mine))
         return
@@ -178,7 +178,7 @@ def _events(turn: Turn, x: np.ndarray, d: Decision, acc: list[int], own: int, so
     drafts = tuple(tuple(int(t) for t in row if t != PAD) for row in x)
     events: list[Event] = [Drafted(drafts, tuple(model.detokenize(row) for row in drafts), source)]
     mine = min(len(acc), own - forced) if d.k == 0 else len(acc)
-    for i, (part, by) in enumerate(((acc[:mine], source), (acc[mine:], "grammar"))):
+    for i, (part, by) in enumerate(((acc[:mine], source), (acc[mine:], GRAMMAR))):
         if i == 0 or (part and not emitter.done):  # the kept draft's own span always, then the forced tail
             taken, text = emitter.push(part)
             events.append(Accepted(d.k, len(part), tuple(part[:taken]), text, by))
@@ -202,8 +202,8 @@ def make_drafter(turn: Turn, kinds: tuple[str, ...] | None = None, auto: CostMod
             continue  # not here (no draft model, no head): the runtime's checks said so earlier
         parts.append(StackDrafter(built[0], built[1]) if len(built) == 2 else built[0])  # type: ignore[arg-type]
     assert parts, "a speculative method with no drafter (the runtime checks for a draft)"
-    if turn.constraint is not None and kinds is None and "grammar" not in turn.cfg.parts:
-        parts.insert(0, registry.build("grammar", turn, auto))  # forced tokens first: free drafts
+    if turn.constraint is not None and kinds is None and GRAMMAR not in turn.cfg.parts:
+        parts.insert(0, registry.build(GRAMMAR, turn, auto))  # forced tokens first: free drafts
     return parts[0] if len(parts) == 1 else ChainDrafter(parts)
 
 

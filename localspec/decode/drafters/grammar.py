@@ -17,9 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from localspec.decode.drafters.base import DrafterBase, DraftRequest
-from localspec.decode.drafters.trie import DraftTrie, chain_trie
-
-GRAMMAR = "grammar"  # its registry name and kind
+from localspec.decode.drafters.trie import GRAMMAR, DraftTrie, chain_trie
 
 
 class GrammarDrafter(DrafterBase):

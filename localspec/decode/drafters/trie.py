@@ -16,6 +16,8 @@ import numpy as np
 from localspec.decode.blocks import PAD
 from localspec.sampling import SparseRow
 
+GRAMMAR = "grammar"  # the drafter of a grammar's forced tokens (drafters/grammar.py): a trie's forced tail is its
+
 
 @dataclass
 class Node:

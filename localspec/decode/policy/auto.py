@@ -16,6 +16,7 @@ from localspec.costmodel import CostModel, dynamic_length, length_cap, per_draft
 from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate, hint_length
 from localspec.decode.drafters import registry
 from localspec.decode.drafters.base import Drafter, DraftRequest, Outcome
+from localspec.decode.drafters.trie import GRAMMAR
 from localspec.decode.policy.stack import AutoStack
 from localspec.decode.speculative import (
     IterationPlan,
@@ -119,7 +120,7 @@ class AutoPolicy:
         self.ran = [_ran(self.settings)]
         self.since = 0  # iterations since the last decision
         self.probe = False  # the plan in flight is an AR-phase probe of the model drafter
-        self.grammar = registry.build("grammar", turn, cm)  # a constrained turn's forced tokens
+        self.grammar = registry.build(GRAMMAR, turn, cm)  # a constrained turn's forced tokens
 
     def next(self) -> IterationPlan:
         turn, cm, settings = self.turn, self.cm, self.settings
@@ -127,7 +128,7 @@ class AutoPolicy:
             forced = turn.constraint.matcher.forced(LOOKUP_MAX_L)
             if forced:
                 st = SpecSettings(one_draft_verifier(turn.cfg.sampling.greedy), 1, len(forced))
-                return IterationPlan(st, self.grammar, "grammar")
+                return IterationPlan(st, self.grammar, GRAMMAR)
         wait = FIRST_PROBE if cm.acceptance.trials < 16 else PROBE_EVERY
         # read when a probe is due (the curves heal as the turn runs), not on every iteration
         self.probe = probe = (self.model is not None and settings is None and self.since >= wait
