@@ -8,7 +8,9 @@ Reports, as JSON and as a short text summary:
   3. the target's decode cost for batches of 1..64 tokens on the GPU vs the CPU;
   4. the speedup the cost model predicts for the default pair's measured acceptance
      (bench/results/speed-q4-greedy.json, sd L=8) on the GPU curves and on the CPU curves;
-  5. the recurrent-memory paths and the target's MTP head (`--spec-type mtp`) on tiny
+  5. greedy under a JSON schema (the engine's constraint, llguidance): sd and mdbv
+     vs AR on the GPU, with the tokens the grammar forced (issue 39's placement check);
+  6. the recurrent-memory paths and the target's MTP head (`--spec-type mtp`) on tiny
      random models: greedy equality with AR, and for the head its drafted/accepted tokens
      and ms per draft call. Its speedup is "not measured": random weights say nothing
      about a real head's acceptance (no real MTP weights were reachable when it was written).
@@ -38,6 +40,7 @@ from localspec.backend import Context, Model
 from localspec.backend import devices as devs
 from localspec.backend.logs import configure_logging
 from localspec.config import GenConfig
+from localspec.constrain.spec import ConstraintSpec
 from localspec.events import Accepted, Written
 from localspec.placement.load import LoadOptions
 from localspec.runtime import load_session
@@ -103,6 +106,35 @@ def greedy_equal(sess, n_vocab: int, n: int) -> dict:
     return out
 
 
+def constrained_equal(sess, n: int) -> dict:
+    """Greedy under a small JSON schema on the GPU: every method's tokens equal AR's under the
+    same grammar (masked rows read from device logits), and how many tokens the grammar forced.
+    Errors are reported, not raised: the rest of the check still runs."""
+    try:
+        schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 24},
+                                                   "tags": {"type": "array", "items": {"enum": ["a", "bb", "ccc"]}},
+                                                   "n": {"type": "integer"}},
+                  "required": ["name", "tags", "n"], "additionalProperties": False}
+        spec = ConstraintSpec("json_schema", json.dumps(schema), origin="gpu_check")
+        prompt = [1, 2, 3, 4, 5, 6, 7, 8]
+        base = {"n_predict": n, "constraint": spec}
+        t0 = time.time()
+        list(sess.generate(prompt, GenConfig(method="ar", **base)))
+        ar = sess.last_tokens  # what the emitter kept (an end-of-turn token is not text)
+        out: dict = {"n_tokens": len(ar), "ar_seconds": round(time.time() - t0, 2)}
+        for name, cfg in {"sd K=1 L=6": GenConfig(method="sd", K=1, L=6, **base),
+                          "mdbv K=2 L=4 draft-temp 0.8": GenConfig(method="mdbv", K=2, L=4, draft_temp=0.8,
+                                                                   seed=3, **base)}.items():
+            t0 = time.time()
+            done = list(sess.generate(prompt, cfg))[-1]
+            st = getattr(done, "stats", None)
+            out[name] = {"equal": sess.last_tokens == ar, "seconds": round(time.time() - t0, 2),
+                         "forced": st.proposed.get("grammar", (0, 0))[0] if st else None}
+        return out
+    except Exception as e:  # noqa: BLE001 - a report line, not a crash
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
 def curve(ctx: Context, sizes=costmodel.BATCH_SIZES, reps: int = 5) -> dict:
     c = costmodel.measure(ctx, sizes=sizes, reps=reps)
     return {"sizes": c.sizes, "ms": [round(s * 1e3, 3) for s in c.seconds]}
@@ -164,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         **loaded,
     }
     report["greedy_vs_ar"] = greedy_equal(sess, sess.target_model.n_vocab, a.n)
+    report["constrained_vs_ar"] = constrained_equal(sess, a.n)
     gpu = {"t1.5b": curve(sess.target.ctx), "d0.5b": curve(sess.draft.ctx)}
     sess.close()
     big = [t7] if t7.exists() else []
@@ -258,6 +291,13 @@ def summary(r: dict) -> str:
         if k != "n_tokens":
             lines.append(f"greedy {k} vs AR over {g['n_tokens']} tokens: "
                          + ("equal" if v["equal"] else f"DIFFERENT from token {v['first_difference']}"))
+    c = r.get("constrained_vs_ar", {})
+    if "error" in c:
+        lines.append(f"constrained (JSON schema): ERROR {c['error']}")
+    for k, v in c.items():
+        if isinstance(v, dict):
+            lines.append(f"greedy {k} under a JSON schema vs AR over {c['n_tokens']} tokens: "
+                         + ("equal" if v["equal"] else "DIFFERENT") + f", {v['forced']} tokens forced")
     for where in ("gpu", "cpu"):
         for name, c in r[f"curves_{where}"].items():
             pts = dict(zip(c["sizes"], c["ms"], strict=True))

@@ -32,7 +32,7 @@ PY=${PYTHON:-python3}
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
 # pure-Python wheels: the build backend, llama-cpp-python's and the check's runtime needs
 PURE="scikit-build-core pathspec packaging tomli exceptiongroup typing-extensions diskcache jinja2 tqdm gguf"
-BINARY="numpy markupsafe pyyaml"
+BINARY="numpy markupsafe pyyaml llguidance"
 
 say() { printf '[gpu-check %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { say "error: $*"; exit 2; }
@@ -86,7 +86,7 @@ prepare() {
             --implementation py --abi none --platform any --python-version 3.10 "${pins[@]}"
         for pyv in ${GPU_CHECK_PY:-3.12}; do
             "$PY" -m pip download -q --only-binary :all: --no-deps -d "$cache/wheels" \
-                --python-version "$pyv" --implementation cp --platform manylinux_2_28_x86_64 \
+                --python-version "$pyv" --implementation cp --platform manylinux_2_31_x86_64 --platform manylinux_2_28_x86_64 \
                 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 $BINARY
         done
         touch "$stamp"
@@ -134,7 +134,7 @@ run_check() {
     [ "$smoke" = 1 ] || nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version,compute_cap --format=csv \
         | tee "$report/nvidia-smi.csv" >&2
     tar -xzf "$dir/localspec-src.tar.gz" -C "$proj"
-    install_missing "$site" "numpy:numpy jinja2:jinja2 markupsafe:markupsafe tqdm:tqdm typing_extensions:typing-extensions diskcache:diskcache yaml:pyyaml gguf:gguf"
+    install_missing "$site" "numpy:numpy jinja2:jinja2 markupsafe:markupsafe tqdm:tqdm typing_extensions:typing-extensions diskcache:diskcache yaml:pyyaml gguf:gguf llguidance:llguidance"
     [ "${pyv#3.}" -ge 11 ] || install_missing "$site" "tomli:tomli"
     local want="llama-cpp-python $VERSION GGML_CUDA=on arch=$arch ${GPU_CHECK_CMAKE_EXTRA:-}"
     if [ "$smoke" = 1 ]; then

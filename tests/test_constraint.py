@@ -297,6 +297,18 @@ def test_json_object(make, mdl) -> None:
     assert c.matcher().valid_prefix(mdl.tokenize('{"a" 1}')) < len(mdl.tokenize('{"a" 1}'))
 
 
+@pytest.mark.parametrize("kind", ["json_object", "json_schema"])
+def test_json_whitespace_is_bounded(make, mdl, kind) -> None:
+    """Between JSON tokens: nothing, one space, or one or two newlines and up to 20 blanks (as
+    llama.cpp's schema converter); never an endless run a weak model can loop in."""
+    c = make(kind, json.dumps(SCHEMA) if kind == "json_schema" else "")
+    ok = "{\n" + " " * 20
+    assert c.matcher().valid_prefix(mdl.tokenize(ok)) == len(mdl.tokenize(ok))
+    for bad in ("{" + " " * 2, "{\n\n\n", "{\n" + " " * 21, "{\r"):
+        ids = mdl.tokenize(bad)
+        assert c.matcher().valid_prefix(ids) < len(ids), repr(bad)
+
+
 # ---------------------------------------------------------------------- refusals
 @pytest.mark.parametrize(("kind", "text", "words"), [
     ("gbnf", "root ::= expr\nexpr ::= foo", ["GBNF grammar", "foo"]),

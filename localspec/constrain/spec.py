@@ -74,6 +74,13 @@ class _CompileError(Exception):
     pass
 
 
+# Whitespace between JSON tokens is bounded, as llama.cpp's json-schema-to-grammar bounds it
+# (`space ::= | " " | "\n"{1,2} [ \t]{0,20}`): llguidance's default allows any run of it, and a
+# small or unlucky model then writes newlines forever inside a schema-valid object (seen on a
+# random-weight model: `{` and 47 `\r`). A schema's own "x-guidance" options override this.
+JSON_DEFAULTS = {"whitespace_pattern": r"(?: ?|\n{1,2}[ \t]{0,20})"}
+
+
 @lru_cache(maxsize=64)
 def _compile(kind: str, text: str) -> str:
     """(kind, text) -> llguidance grammar, validated; raises _CompileError with the reason.
@@ -94,9 +101,9 @@ def _compile(kind: str, text: str) -> str:
                 json.loads(text)
             except ValueError as e:
                 raise _CompileError(f"not valid JSON: {e}") from None
-            grammar = LLMatcher.grammar_from_json_schema(text)
+            grammar = LLMatcher.grammar_from_json_schema(text, defaults=JSON_DEFAULTS)
         else:
-            grammar = LLMatcher.grammar_from_json_schema('{"type": "object"}')
+            grammar = LLMatcher.grammar_from_json_schema('{"type": "object"}', defaults=JSON_DEFAULTS)
     except _CompileError:
         raise
     except Exception as e:  # noqa: BLE001 - the GBNF converter raises bare Exception; any failure is the text's
