@@ -10,12 +10,12 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    b = sub.add_parser("bench", help="benchmarks: speed, ar, tables, memory, suffix, slots, ceiling; parse and verify (own --help)",
+    b = sub.add_parser("bench", help="benchmarks: speed, ar, tables, memory, suffix, slots, ceiling, constraint, agent; parse and verify (own --help)",
                        epilog="also `localspec bench parse --help` (PARSE accuracy and speed on HumanEval) and "
                               "`localspec bench verify --help` (verifier micro-benchmark)")
     bsub = b.add_subparsers(dest="bench_command", metavar="BENCH")
 
-    from localspec.bench import ar, ceiling, constraint, memory, slots, speed, suffix, tables
+    from localspec.bench import agent, ar, ceiling, constraint, memory, slots, speed, suffix, tables
 
     s = bsub.add_parser("speed", help="tok/s of AR, each method and llama.cpp's speculative loop, interleaved",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -64,5 +64,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     constraint.add_args(g)
     g.set_defaults(func=constraint.main)
+
+    ag = bsub.add_parser("agent", help="a coding agent's tool-calling sessions replayed against localspec serve and "
+                         "llama-server --jinja: tok/s, TTFT, tool-call validity",
+                         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                         epilog="example: localspec bench agent -m qwen2.5-coder-1.5b -md qwen2.5-coder-0.5b "
+                                "--half report --sessions 6 --out agent.json")
+    agent.add_args(ag)
+    ag.set_defaults(func=agent.main)
 
     b.set_defaults(func=lambda a: (b.print_help(), 2)[1])

@@ -96,18 +96,23 @@ def bench_one(kind: str, a: argparse.Namespace, prompts: list[str]) -> Result:
     except (RuntimeError, OSError) as e:
         res.skipped = str(e)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         log.seek(0)
         err = log.read().strip()
         log.close()
         if res.skipped and err:
             res.skipped += " | " + err.splitlines()[-1]
     return res
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """Stop a server: SIGTERM, then SIGKILL after 30 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _pct(xs: list[float], q: float) -> float:
