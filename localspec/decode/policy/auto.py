@@ -3,7 +3,9 @@
 Starts from the cost model's choice; every few iterations the running acceptance estimate
 updates the prediction, so a pair that stops agreeing (or a prompt where the draft is
 useless) falls back to plain decoding, and AR probes speculation now and then in case the
-text became easy again.
+text became easy again -- or the machine quiet again: a probe is decided on the quiet
+machine's prices, and a contended cost model probes early in each turn (FIRST_PROBE), so
+the draft's own samples can end a contention its price still shows (costmodel/curves.py).
 """
 
 from __future__ import annotations
@@ -38,15 +40,17 @@ def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
     best, ar = cm.choose(turn.cfg)
     turn.stats.predicted.append((1.0, 1.0, cm.target(1)) if best is None
                                 else (best.tok_per_s / ar, best.expected_tokens, best.seconds))
+    turn.stats.prices = prices = cm.prices()
+    priced = f"; prices: {prices}" if prices else ""
     if best is None:
         turn.stats.choice_note = (
-            f"ar (alpha={cm.acceptance.alpha:.2f}: nothing predicted above {ar:.1f} tok/s); {cm.why_ar()}"
+            f"ar (alpha={cm.acceptance.alpha:.2f}: nothing predicted above {ar:.1f} tok/s){priced}; {cm.why_ar()}"
         )
         return None
     if not dynamic_length(turn.cfg, best):
         turn.stats.choice_note = (
             f"{best.method} K={best.K} L={best.L} (alpha={cm.acceptance.alpha:.2f}, predicted "
-            f"{best.tok_per_s / ar:.2f}x AR)"
+            f"{best.tok_per_s / ar:.2f}x AR){priced}"
         )
         return SpecSettings(best.method, best.K, best.L)
     # dynamic length: L becomes a cap and the calibrated stop rule ends each draft where one
@@ -55,14 +59,18 @@ def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
     per_draft = per_draft_length(turn.cfg, best)
     turn.stats.choice_note = (
         f"{best.method} K={best.K} L<={cap} dynamic{' per draft' if per_draft else ''} "
-        f"(alpha={cm.acceptance.alpha:.2f}, predicted {best.tok_per_s / ar:.2f}x AR at L={best.L})"
+        f"(alpha={cm.acceptance.alpha:.2f}, predicted {best.tok_per_s / ar:.2f}x AR at L={best.L}){priced}"
     )
     return SpecSettings(best.method, best.K, cap, cm.draft_stop(best, per_draft), per_draft)
 
 
 def _could_pay(cm: CostModel) -> bool:
-    """Whether speculation could beat AR at all here (a near-perfect draft, K = 1, L = 8)."""
-    return cm.expected_tokens(1, 8, alpha=0.95) / cm.iteration_seconds(1, 8) > cm.ar()
+    """Whether speculation could beat AR at all here (a near-perfect draft, K = 1, L = 8), at
+    the quiet machine's prices: a draft priced out by a busy minute is still probed, and
+    only its own live samples end the contention (auto never ran a draft whose price a busy
+    minute had raised 59x, so nothing lowered it: issue 40)."""
+    q = cm.quiet() if cm.contended else cm
+    return q.expected_tokens(1, 8, alpha=0.95) / q.iteration_seconds(1, 8) > q.ar()
 
 
 def _needs_ar(cm: CostModel) -> bool:
@@ -120,6 +128,7 @@ class AutoPolicy:
         self.ran = [_ran(self.settings)]
         self.since = 0  # iterations since the last decision
         self.probe = False  # the plan in flight is an AR-phase probe of the model drafter
+        self.retested = False  # this turn probed a contended cost model once (early)
         self.grammar = registry.build(GRAMMAR, turn, cm)  # a constrained turn's forced tokens
 
     def next(self) -> IterationPlan:
@@ -129,10 +138,13 @@ class AutoPolicy:
             if forced:
                 st = SpecSettings(one_draft_verifier(turn.cfg.sampling.greedy), 1, len(forced))
                 return IterationPlan(st, self.grammar, GRAMMAR)
-        wait = FIRST_PROBE if cm.acceptance.trials < 16 else PROBE_EVERY
+        # little evidence, or prices a busy machine raised: probe early (once a turn when busy)
+        early = cm.acceptance.trials < 16 or (cm.contended and not self.retested)
+        wait = FIRST_PROBE if early else PROBE_EVERY
         # read when a probe is due (the curves heal as the turn runs), not on every iteration
         self.probe = probe = (self.model is not None and settings is None and self.since >= wait
                               and _could_pay(cm))
+        self.retested = self.retested or (probe and cm.contended)
         # before re-deciding, make sure the AR cost it compares with was seen live at least
         # a few times (a speculating turn never decodes one token alone, and a cached AR
         # cost that lies would otherwise never be corrected): a few AR steps per session
