@@ -92,6 +92,31 @@ def test_the_probe_is_decided_on_quiet_prices() -> None:
     assert not _could_pay(slow)
 
 
+def test_explain_and_the_tui_say_what_is_predicted_and_what_a_busy_machine_priced() -> None:
+    """--explain labels its rows predictions and names contended prices; the TUI's speedup
+    row says its AR figure is predicted, and from which prices."""
+    from dataclasses import replace
+
+    from localspec.costmodel import explain
+    from localspec.tui.stats import PanelInfo, render_stats
+    from tests.support.replay import demo_turns
+
+    cm = CostModel(CostCurve([1, 16], [0.020, 0.028]), CostCurve([1, 16], [0.002, 0.004]))
+    cfg = GenConfig(method="auto", auto_L=True, spec_type=("draft",))
+    quiet = explain(cm, cfg)
+    assert "every row is a prediction" in quiet and "prices:" not in quiet
+    for _ in range(8):
+        cm.draft.observe(1, 0.040)
+    busy = explain(cm, cfg)
+    assert "prices: draft contended (20.0x its quiet price: a busy machine; not saved, re-tested)" in busy
+
+    stats = replace(demo_turns()[0][-1].stats, ar_estimate=20.0)
+    panel = render_stats(stats, PanelInfo(method="auto")).plain
+    assert "predicted (cost model)" in panel and "prices:" not in panel
+    panel = render_stats(replace(stats, prices=cm.prices()), PanelInfo(method="auto")).plain
+    assert "predicted (contended or stale prices)" in panel and "prices: draft contended" in panel
+
+
 # --------------------------------------------------------------------------- the ceiling
 
 
