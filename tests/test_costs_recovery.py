@@ -146,6 +146,29 @@ def test_a_small_drafts_step_dearer_than_the_targets_is_contention(tmp_path) -> 
     assert not contention.implausible(t, d, target, CostCurve([1, 8], [0.030, 0.050]))
 
 
+def test_a_draft_timed_dearer_than_its_target_is_timed_again_once(tmp_path, monkeypatch) -> None:
+    """A small draft's cached curve above its target's (timed while the machine was busy)
+    is in the timing plan, once per process: a machine where it stays so is not re-timed
+    at every turn."""
+    from localspec.costmodel import curves
+    from localspec.costmodel.curves import curve_key
+
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    monkeypatch.setattr(curves, "TIMED_HERE", set())
+    monkeypatch.setattr(costmodel, "TIMED_HERE", curves.TIMED_HERE)
+    big, small = tmp_path / "t.gguf", tmp_path / "d.gguf"
+    big.write_bytes(b"x" * 1000)
+    small.write_bytes(b"x" * 300)
+    t, d = _ctx(big), _ctx(small)
+    save_curve(t, CostCurve([1, 8], [0.040, 0.060]))
+    save_curve(d, CostCurve([1, 8], [0.030, 0.050]))
+    assert costmodel.timing_plan(t, d, None) == []
+    save_curve(d, CostCurve([1, 8], [0.090, 0.120]))
+    assert costmodel.timing_plan(t, d, None) == [d]
+    curves.TIMED_HERE.add(curve_key(d))  # what timing_steps notes once it timed it
+    assert costmodel.timing_plan(t, d, None) == []
+
+
 # --------------------------------------------------------------------------- the session
 
 
