@@ -4,8 +4,9 @@ Starts from the cost model's choice; every few iterations the running acceptance
 updates the prediction, so a pair that stops agreeing (or a prompt where the draft is
 useless) falls back to plain decoding, and AR probes speculation now and then in case the
 text became easy again -- or the machine quiet again: a probe is decided on the quiet
-machine's prices, and a contended cost model probes early in each turn (FIRST_PROBE), so
-the draft's own samples can end a contention its price still shows (costmodel/curves.py).
+machine's prices, and a contended cost model probes early in each turn (FIRST_PROBE, then
+backing off), so the draft's own samples can end a contention its price still shows
+(costmodel/curves.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from localspec.events import Event
 RECHECK_EVERY = 8  # speculative iterations between re-decisions
 PROBE_EVERY = 32  # AR tokens between speculative probes (only if speculation could pay)
 FIRST_PROBE = 4  # with little evidence about this pair, probe early
+# a probe of a contended model: 2 drafted tokens, the fewest whose draft decodes a token
+# alone (a live sample of its 1-token price); a busy machine's draft step was 1.4 s (issue 40)
+RETEST_L = 2
 AR_CHECKS = 3  # plain steps a cost model may take to see the AR cost live (per session)
 
 
@@ -128,7 +132,7 @@ class AutoPolicy:
         self.ran = [_ran(self.settings)]
         self.since = 0  # iterations since the last decision
         self.probe = False  # the plan in flight is an AR-phase probe of the model drafter
-        self.retested = False  # this turn probed a contended cost model once (early)
+        self.retests = 0  # probes of a contended cost model this turn (each waits twice as long)
         self.grammar = registry.build(GRAMMAR, turn, cm)  # a constrained turn's forced tokens
 
     def next(self) -> IterationPlan:
@@ -138,13 +142,11 @@ class AutoPolicy:
             if forced:
                 st = SpecSettings(one_draft_verifier(turn.cfg.sampling.greedy), 1, len(forced))
                 return IterationPlan(st, self.grammar, GRAMMAR)
-        # little evidence, or prices a busy machine raised: probe early (once a turn when busy)
-        early = cm.acceptance.trials < 16 or (cm.contended and not self.retested)
-        wait = FIRST_PROBE if early else PROBE_EVERY
         # read when a probe is due (the curves heal as the turn runs), not on every iteration
-        self.probe = probe = (self.model is not None and settings is None and self.since >= wait
+        self.probe = probe = (self.model is not None and settings is None and self.since >= self._wait()
                               and _could_pay(cm))
-        self.retested = self.retested or (probe and cm.contended)
+        retest = probe and cm.contended
+        self.retests += int(retest)
         # before re-deciding, make sure the AR cost it compares with was seen live at least
         # a few times (a speculating turn never decodes one token alone, and a cached AR
         # cost that lies would otherwise never be corrected): a few AR steps per session
@@ -161,7 +163,7 @@ class AutoPolicy:
             bet = lookup_bet(turn, cm, self.lookup, self.gate)
             return self._lookup_plan(bet) if bet is not None and bet.L else IterationPlan(None, role="ar")
         assert self.model is not None
-        st = settings or SpecSettings(one_draft_verifier(turn.cfg.sampling.greedy), 1, 4)
+        st = settings or SpecSettings(one_draft_verifier(turn.cfg.sampling.greedy), 1, RETEST_L if retest else 4)
         stacks = self.stacks
         if stacks is not None:
             stacks.begin()
@@ -173,6 +175,15 @@ class AutoPolicy:
             # drafts (propose ignores it where it cannot: K > 1, a recurrent draft)
             self.model.hint = bet.tokens[: hint_length(self.gate.alpha(bet.key), cm.draft, st.L - 1)]  # type: ignore[attr-defined]
         return IterationPlan(st, self.model, "model", bet)
+
+    def _wait(self) -> int:
+        """Plain steps before the next probe. A contended cost model is re-tested after
+        FIRST_PROBE steps, then after PROBE_EVERY x 1, 2, 4 ... (a machine still busy pays a
+        few draft steps per turn, log2 of its length); else FIRST_PROBE while the pair has
+        little evidence, PROBE_EVERY after."""
+        if self.cm.contended:
+            return FIRST_PROBE if self.retests == 0 else PROBE_EVERY * 2 ** (self.retests - 1)
+        return FIRST_PROBE if self.cm.acceptance.trials < 16 else PROBE_EVERY
 
     def _lookup_plan(self, bet: Bet) -> IterationPlan:
         """A lookup draft of the bet's length, verified by the one-draft verifier."""
