@@ -25,7 +25,7 @@ def _draft_lines(cm: CostModel | None, cfg: GenConfig) -> list[str]:
                 "curve x their acceptance), else plain autoregressive decoding"]
     best, ar = cm.choose(cfg)
     lines = [
-        f"cost model (alpha={cm.acceptance.alpha:.2f}; prices timed on this machine: target 1 tok "
+        f"cost model (alpha={cm.acceptance.alpha:.2f}; prices measured on this machine: target 1 tok "
         f"{cm.target(1) * 1e3:.1f} ms, 16 tok {cm.target(16) * 1e3:.1f} ms; draft step {cm.draft(1) * 1e3:.1f} ms)",
         *([f"prices: {cm.prices()}"] if cm.prices() else []),
         "every row is a prediction (the prices x the acceptance), not a measurement:",
