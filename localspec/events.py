@@ -118,6 +118,9 @@ class Stats:
     choice_note: str = ""
     ran: str = ""  # what actually ran ("ar", "sd K=1 L<=16", "auto: ar then sd"); set by the loop
     ar_estimate: float = 0.0  # the cost model's AR tok/s on this machine (0 = unknown)
+    # where auto's prices came from at its last decision: "" a quiet machine's curves, else
+    # which were a busy machine's (contended) or timed far off (stale): CostModel.prices
+    prices: str = ""
     # auto: what the cost model predicted at each decision, (speedup over AR, tokens per
     # target pass, seconds per pass); (1.0, 1.0, an AR step) when it chose AR. A bench sets
     # this promise beside what it measured.
@@ -267,6 +270,7 @@ MERGE: dict[str, str] = {
     "accepted_lengths": "add", "position_accepts": "per-position", "position_trials": "per-position",
     "draft_seconds": "add", "verify_seconds": "add", "overhead_seconds": "add", "prompt_seconds": "add",
     "seconds": "add", "timing_seconds": "add", "choice_note": "first", "ran": "join", "ar_estimate": "first",
+    "prices": "first",
     "predicted": "add", "proposed": "per-key", "stacked": "add", "constraint": "first",
 }
 

@@ -19,7 +19,13 @@ from localspec.config import GenConfig, SamplingConfig
 from localspec.costmodel import CostCurve, CostModel
 from localspec.decode.drafters.base import MODEL, DrafterBase, Outcome
 from localspec.decode.drafters.lookup import NgramDrafter
-from localspec.decode.policy.auto import FIRST_PROBE, PROBE_EVERY, RECHECK_EVERY, AutoPolicy
+from localspec.decode.policy.auto import (
+    FIRST_PROBE,
+    PROBE_EVERY,
+    RECHECK_EVERY,
+    RETEST_L,
+    AutoPolicy,
+)
 from localspec.decode.policy.stack import AutoStack
 from localspec.decode.speculative import IterationResult
 from localspec.decode.state import KVState
@@ -81,6 +87,38 @@ def test_an_ar_phase_probes_the_draft_when_it_could_pay():
     # AR until the probe is due, then one iteration of the model drafter, taught its outcome
     assert roles == ["ar"] * PROBE_EVERY + ["model"]
     assert model.learned == [Outcome(4, 4, [0.9] * 4)]
+
+
+def test_a_contended_draft_is_re_tested_early_cheaply_and_ever_less_often():
+    """A draft a busy minute priced out (issue 40) is still probed: after FIRST_PROBE plain
+    steps, with RETEST_L drafted tokens, then after PROBE_EVERY, 2x, 4x ... while it stays
+    busy (a turn of n tokens pays ~log2(n) draft steps); a quiet sample ends it."""
+    draft = CostCurve([1, 8], [0.002, 0.004])
+    cm = CostModel(FLAT, draft)
+    for _ in range(8):
+        draft.observe(1, 0.060)  # 30x: contention
+    for _ in range(50):
+        cm.acceptance.update(4, 4)
+    turn = make_turn([1, 2, 3, 4], cm)
+    policy = AutoPolicy(turn, cm, FakeModel(), None, None)
+    assert policy.settings is None and "draft contended" in turn.stats.choice_note
+    probes = []
+    for i in range(FIRST_PROBE + PROBE_EVERY * 3 + 3):
+        plan = policy.next()
+        if plan.role == "model":
+            probes.append((i, plan.settings.L))
+            draft.observe(1, 0.060)  # still busy: the probe's draft step is slow
+        policy.learn(plan, result(2, 2) if plan.role == "model" else None)
+    assert probes == [(FIRST_PROBE, RETEST_L), (FIRST_PROBE + 1 + PROBE_EVERY, RETEST_L),
+                      (FIRST_PROBE + 2 + 3 * PROBE_EVERY, RETEST_L)]
+    assert policy.settings is None
+    draft.observe(1, 0.0021)  # the machine is quiet again
+    plan = policy.next()
+    while plan.role != "model":
+        policy.learn(plan, None)
+        plan = policy.next()
+    policy.learn(plan, result(2, 2))
+    assert not cm.contended and policy.settings is not None  # speculating again
 
 
 def test_a_speculative_phase_checks_the_ar_cost_live_a_few_times():

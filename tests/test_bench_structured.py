@@ -68,7 +68,8 @@ def test_the_default_set_has_no_schema_and_structured_joins_only_when_asked() ->
     assert all(p.schema is None and p.constraint is None for p in load_prompts(None))
     mixed = load_prompts(None, ["code", "structured"])
     assert {p.dataset for p in mixed} == {"code", "structured"}
-    assert load_prompts(None, ["code"], half="tune") == []  # the speed set is not split
+    # the speed set is not split: --half reads the split sets (tests/test_bench_split.py)
+    assert all(p.id.startswith("code-he") for p in load_prompts(None, ["code"], half="tune"))
 
 
 def test_llama_cpp_converts_every_schema() -> None:
@@ -218,9 +219,9 @@ def test_forced_share_and_acceptance_per_drafter_are_pooled_over_prompts() -> No
 def test_an_empty_selection_is_one_line() -> None:
     from localspec.bench.speed import main
 
-    a = argparse.Namespace(target="t", draft="d", prompts=None, kinds=["code"], half="report", limit=None,
+    a = argparse.Namespace(target="t", draft="d", prompts=None, kinds=["math"], half="report", limit=None,
                            quick=False)
-    with pytest.raises(LocalspecError, match="no prompts match --kinds code --half report"):
+    with pytest.raises(LocalspecError, match="no prompts match --kinds math --half report"):
         main(a)
 
 

@@ -18,6 +18,7 @@ from localspec.costmodel import N_BINS, Acceptance, CostCurve
 from localspec.costmodel.curves import curve_path, load_curve
 from localspec.events import Progress
 from tests.support.helpers import session
+from tests.support.timing import clock_decodes
 
 
 def test_a_slow_sample_never_replaces_a_quiet_one_but_a_persistent_state_wins() -> None:
@@ -26,8 +27,10 @@ def test_a_slow_sample_never_replaces_a_quiet_one_but_a_persistent_state_wins() 
         c.observe(1, 0.030)  # contended: slower, but not for a whole window
     assert c(1) == pytest.approx(0.010) and not c.healed
     c.observe(1, 0.030)  # the 8th in a row: the machine really is slower now
-    assert c(1) == pytest.approx(0.030) and c.stale  # 3x off: marked (it keeps healing)
+    assert c(1) == pytest.approx(0.030) and c.contended  # 3x off: a busy machine's price
     assert c(4) == pytest.approx(0.016 * 3.0)  # sizes not seen live follow the level
+    # ... while it lasts: the quiet price is what is kept (tests/test_costs_recovery.py)
+    assert c.quiet(1) == pytest.approx(0.010) and not c.healed and not c.stale
 
 
 def test_a_size_timed_low_is_raised_by_a_window_that_says_so() -> None:
@@ -77,25 +80,12 @@ class DecodeClock:
 def clock(monkeypatch):
     """Every decode of n tokens costs 10 ms + 1 ms x n, target and draft alike (the draft
     costs what the target does, so speculation cannot pay, as on SmolLM2's real pair)."""
-    import types
-
-    import llama_cpp
-
-    from localspec.backend import context
-    from localspec.costmodel import curves
-
     c = DecodeClock(lambda n: 0.010 + 0.001 * n)
-    real = llama_cpp.llama_decode
 
-    def decode(ctx, batch):
-        rc = real(ctx, batch)
-        c.now += c.cost(batch.n_tokens)
-        return rc
+    def advance(ctx, n: int) -> None:
+        c.now += c.cost(n)
 
-    fake_time = types.SimpleNamespace(perf_counter=c.perf_counter)
-    monkeypatch.setattr(context, "time", fake_time)
-    monkeypatch.setattr(curves, "time", fake_time)
-    monkeypatch.setattr(context.llama_cpp, "llama_decode", decode)
+    clock_decodes(monkeypatch, c.perf_counter, advance)
     return c
 
 

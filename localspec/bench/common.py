@@ -54,16 +54,24 @@ def read_jsonl(name: str) -> list[dict]:
 # the speed set (bench serve, slots and ceiling read it too and apply no schema)
 OWN_FILE_KINDS = ("structured",)
 HALVES = ("tune", "report")
+# the split sets, each halved into a tuning and a report half that never change (issue 40):
+# a policy is tuned on one and judged on the other. `--half` reads these instead of the
+# speed set (whose prompts the policy was tuned on); scripts/make_split_prompts.py wrote
+# the edit and code sets from HumanEval 0-39 (tune) and 40-99 (report)
+SPLIT_FILES = {"edit": "split-edit", "code": "split-code", "chat": "split-chat", "structured": "structured"}
 
 
 def load_prompts(path: str | None, kinds: list[str] | None = None, limit: int | None = None,
                  half: str | None = None) -> list[Prompt]:  # fmt: skip
     """Chat prompts from a JSONL file of {id, kind, prompt} and optionally {schema, half}
     (default: the shipped speed set, plus prompts/structured.jsonl when `kinds` names
-    "structured"). `half`: only the rows of that half ("tune" / "report"); `limit`: the
-    first N rows left after the kind and half filters."""
+    "structured"). `half` ("tune" / "report"): only the rows of that half, from the shipped
+    split sets (SPLIT_FILES: those `kinds` names, else all) when no file is given; `limit`:
+    the first N rows left after the kind and half filters."""
     if path:
         rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    elif half:
+        rows = [r for k, name in SPLIT_FILES.items() if not kinds or k in kinds for r in read_jsonl(name)]
     else:
         rows = read_jsonl("speed") + [r for k in OWN_FILE_KINDS if kinds and k in kinds for r in read_jsonl(k)]
     if kinds:

@@ -303,8 +303,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="prompt kinds to keep (code, chat, math, edit; structured: the JSON-schema set, "
                         "each prompt decoded under its schema by every column)")
     p.add_argument("--half", choices=HALVES, default=None,
-                   help="only the prompts of this half of a split set (structured: tune policy on 'tune', "
-                        "report figures on 'report')")
+                   help="the split sets (edit, code, chat, structured; docs/bench.md#split-sets), this half "
+                        "only: tune policy on 'tune', report figures on 'report'")
     p.add_argument("--limit", type=int, default=None, help="first N prompts only")
     p.add_argument("-n", "--n-predict", dest="n_predict", type=int, default=200)
     p.add_argument("--temp", type=float, default=0.0)

@@ -8,7 +8,8 @@ background or before its first turn: session.py), acceptance is tracked while
 generating (acceptance.py), and `auto` picks the fastest (method, K, L) -- or plain AR when
 nothing beats it (predict.py). `explain()` prints the table behind the choice.
 
-    curves.py      CostCurve, timing, the on-disk cache, live healing
+    curves.py      CostCurve, timing, the on-disk cache, live healing, quiet and contended prices
+    contention.py  the ceiling a quiet machine puts on a small draft's price
     session.py     SessionCosts: one session's cost model, timed without blocking a reply
     gate.py        DecodeGate: a session's generations and its timing steps, never at once
     acceptance.py  Acceptance: the running rate and the per-confidence calibration
@@ -22,6 +23,7 @@ import time  # noqa: F401 - tests patch costmodel.time.perf_counter around measu
 from collections.abc import Generator
 
 from localspec.backend import Context
+from localspec.costmodel import contention
 from localspec.costmodel.acceptance import (
     BIN_MEMORY,
     BIN_PRIOR,
@@ -34,6 +36,7 @@ from localspec.costmodel.curves import (
     BATCH_SIZES,
     CURVE_VERSION,
     QUICK_SIZES,
+    TIMED_HERE,
     CostCurve,
     cache_dir,
     curve_for,
@@ -71,15 +74,21 @@ def timing_plan(
     target: Context, draft: Context | None, cm: CostModel | None, recalibrate: bool = False
 ) -> list[Context]:
     """The contexts whose curves must be timed before `model_for` can answer: those with no
-    curve (none in `cm`, none cached), every one with --recalibrate. A stale curve is not
-    among them: it heals from live decodes, and a re-timing inside a turn is what made a
-    busy server's requests wait seconds (curves.py)."""
+    curve (none in `cm`, none cached), every one with --recalibrate, and a small draft's
+    curve timed dearer than its target's (timed on a busy machine: contention.py; once per
+    process). A stale curve is not among them: it heals from live decodes, and a re-timing
+    inside a turn is what made a busy server's requests wait seconds (curves.py)."""
     ctxs = [c for c in (target, draft) if c is not None]
     if recalibrate:
         return ctxs
     if cm is not None:
         return []
-    return [c for c in ctxs if load_curve(c) is None]
+    cached = {id(c): load_curve(c) for c in ctxs}
+    todo = [c for c in ctxs if cached[id(c)] is None]
+    if (draft is not None and draft not in todo and curve_key(draft) not in TIMED_HERE
+            and contention.implausible(target, draft, cached[id(target)], cached[id(draft)])):
+        todo.append(draft)
+    return todo
 
 
 def model_steps(
@@ -99,6 +108,8 @@ def model_steps(
             cm = CostModel(t, d)
         else:
             cm.target, cm.draft = t, d
+    # a small draft's price above its target's is contention, not the pair's (contention.py)
+    contention.settle(target, draft, getattr(cm.target, "curve", cm.target), cm.draft)
     path = Acceptance.path(target, draft, greedy)
     if cm.acceptance_path != path:
         cm.acceptance = Acceptance()

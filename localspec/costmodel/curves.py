@@ -6,12 +6,24 @@ every decode of a known size during generation is a free measurement (Context.on
 Contention only ever adds time, so a live sample lowers the curve quickly (the minimum of a
 few recent ones) but raises it only when a whole window of samples says so (a persistently
 different machine state wins; one slow sample never does). A healed size also rescales the
-sizes not seen live (the curve's shape is kept, its level follows the machine), and a
-disagreement beyond REMEASURE_BOUND marks the curve stale. A stale curve is not re-timed
-by itself: a re-timing inside a turn made every other request of a busy server wait
-seconds for it (issue 24), while healing already brings the sizes generation uses back;
-the flag is information (`localspec costs show`), and `--recalibrate` or `localspec costs
-clear` re-time on request.
+sizes not seen live (the curve's shape is kept, its level follows the machine).
+
+Two prices per size: the quiet one (measured, healed, saved) and, while the machine is
+busy, the contended one. A window that raises a size beyond CONTENTION x its quiet price
+(or above a ceiling no quiet machine reaches: a small draft's step dearer than the
+target's, contention.py) is contention, not a new truth: it prices decisions while it
+lasts (a busy machine really is slower now), is never saved, and ends at the first live
+sample back near the quiet price, which also drops the contention-era samples. A busy
+minute once raised a draft's curve 59x, saved it, and auto never ran the draft again, so
+nothing could lower it (issue 40): now nothing busy reaches the disk, a curve read from an
+older cache drops such entries, and auto re-tests a contended draft with a probe priced at
+the quiet prices (decode/policy/auto.py).
+
+A lowering beyond REMEASURE_BOUND marks the curve stale (it was timed on a busy machine).
+A stale curve is not re-timed by itself: a re-timing inside a turn made every other request
+of a busy server wait seconds for it (issue 24), while healing already brings the sizes
+generation uses back; the flag is information (`localspec costs show`), and `--recalibrate`
+or `localspec costs clear` re-time on request.
 """
 
 from __future__ import annotations
@@ -45,6 +57,13 @@ RAISE_AFTER = 8  # ... a window of this many all above the curve by RAISE_BOUND 
 # (it only adds time), so 10 % above is a real difference.
 RAISE_BOUND = 1.10
 REMEASURE_BOUND = 1.5  # live vs measured beyond this factor: the curve is marked stale
+# a window this far above the quiet price is contention (never saved, ends at a quiet sample):
+# the first estimate's errors are within 1.25x (issue 15: 17 % low); the busy minute of issue
+# 40 raised a draft step 59x and the target's long blocks 2.4x
+CONTENTION = 1.5
+
+
+TIMED_HERE: set[str] = set()  # curve keys this process timed (an implausible one is re-timed once)
 
 
 def cache_dir() -> Path:
@@ -64,6 +83,11 @@ class CostCurve:
     stale: bool = False  # live timings disagreed beyond REMEASURE_BOUND (it still heals)
     dirty: bool = field(default=False, compare=False)  # healed since the last save
     live: dict[int, list[float]] = field(default_factory=dict, repr=False, compare=False)
+    busy: dict[int, float] = field(default_factory=dict, compare=False)  # size -> contended price (never saved)
+    busy_scale: float = field(default=1.0, compare=False)  # contended level / quiet level, other sizes
+    # above this no quiet machine prices size n (a small draft's step vs the target's:
+    # contention.py); None: no such bound
+    ceiling: Callable[[int], float] | None = field(default=None, repr=False, compare=False)
 
     def measured(self, n: int) -> float:
         """The timed value at n (interpolated; proportional past the last size)."""
@@ -71,9 +95,22 @@ class CostCurve:
             return float(np.interp(n, self.sizes, self.seconds))
         return self.seconds[-1] * n / self.sizes[-1]
 
-    def __call__(self, n: int) -> float:
+    def quiet(self, n: int) -> float:
+        """The quiet machine's price of n tokens: measured, healed by quiet samples."""
         got = self.healed.get(n)
         return got if got is not None else self.measured(n) * self.scale
+
+    def __call__(self, n: int) -> float:
+        """The price now: the contended one while the machine is busy, else the quiet one."""
+        if not self.busy:
+            return self.quiet(n)
+        got = self.busy.get(n)
+        return got if got is not None else self.quiet(n) * self.busy_scale
+
+    @property
+    def contended(self) -> bool:
+        """Whether live samples say the machine is busy now (priced, never saved)."""
+        return bool(self.busy)
 
     def needs_samples(self, n: int) -> bool:
         """Whether size n has been seen live too few times to heal it yet."""
@@ -94,22 +131,62 @@ class CostCurve:
             est = min(w[-RAISE_AFTER:])
         if est is None:
             return
+        quiet = self.quiet(n)
+        # contention is judged against the dearer of the quiet and the timed price: a level
+        # lowered by one size (scale) must not make the others' timed prices look busy; a
+        # sample below the quiet price never is contention (it lowers the quiet price)
+        ref = max(quiet, self.measured(n))
+        if est > quiet and (est > ref * CONTENTION or (self.ceiling is not None and est > self.ceiling(n))):
+            self.busy[n] = est  # contention: the price while it lasts, never saved
+            self.busy_scale = statistics.median(v / self.quiet(m) for m, v in self.busy.items())
+            return
+        if self.busy:  # a sample near the quiet price: the machine is quiet again
+            self.calm()
+            if quiet / 1.05 <= est <= quiet * RAISE_BOUND:
+                return  # back at the quiet price: nothing to heal
+        self._heal(n, est)
+
+    def _heal(self, n: int, est: float) -> None:
+        """A quiet estimate of size n: kept (and saved), the level of the others follows."""
         self.healed[n] = est
         self.dirty = True
         self.scale = statistics.median(v / self.measured(m) for m, v in self.healed.items())
-        base = self.measured(n)
-        if max(est / base, base / est) > REMEASURE_BOUND:
-            self.stale = True
+        if self.measured(n) / est > REMEASURE_BOUND:
+            self.stale = True  # timed far too slow: the machine was busy while it was timed
+
+    def calm(self) -> None:
+        """Contention is over: the quiet prices again, and the live samples taken while it
+        lasted are dropped (they would count in the next window)."""
+        self.busy.clear()
+        self.busy_scale = 1.0
+        for m, w in self.live.items():
+            w[:] = [v for v in w if v <= self.quiet(m) * CONTENTION]
+
+    def forget(self, busy: Callable[[int, float], bool]) -> None:
+        """Drop the saved sizes `busy(n, seconds)` calls contention's (a cache written before
+        contention was kept apart, contention.py's ceiling); the level and the stale mark
+        follow what is left, and the curve is saved again without them."""
+        for n in [n for n, v in self.healed.items() if busy(n, v)]:
+            del self.healed[n]
+        self.scale = statistics.median(v / self.measured(m) for m, v in self.healed.items()) if self.healed else 1.0
+        self.stale = any(self.measured(m) / v > REMEASURE_BOUND for m, v in self.healed.items())
+        self.dirty = True
 
     def to_json(self) -> dict:
+        """The quiet machine's curve: contended prices are never saved."""
         return {"sizes": self.sizes, "seconds": self.seconds, "healed": {str(k): v for k, v in self.healed.items()},
                 "scale": self.scale, "stale": self.stale}
 
     @classmethod
     def from_json(cls, d: dict) -> CostCurve:
-        healed = {int(k): float(v) for k, v in (d.get("healed") or {}).items()}
-        return cls([int(s) for s in d["sizes"]], [float(s) for s in d["seconds"]], healed,
-                   float(d.get("scale", 1.0)), bool(d.get("stale", False)))
+        """The saved curve, less what contention left in files this version did not write
+        (a healed size beyond CONTENTION x its measured price: issue 40's 59x draft step)."""
+        c = cls([int(s) for s in d["sizes"]], [float(s) for s in d["seconds"]],
+                {int(k): float(v) for k, v in (d.get("healed") or {}).items()},
+                float(d.get("scale", 1.0)), bool(d.get("stale", False)))
+        if c.scale > CONTENTION or any(v > c.measured(n) * CONTENTION for n, v in c.healed.items()):
+            c.forget(lambda n, v: v > c.measured(n) * CONTENTION)
+        return c
 
 
 def curve_key(ctx: Context) -> str:
@@ -233,6 +310,7 @@ def timing_steps(
 ) -> Generator[tuple[int, int], None, CostCurve]:
     """Time a curve (QUICK_SIZES x 2, or every size x 5 with full=True) and cache it."""
     c = yield from measure_steps(ctx, BATCH_SIZES if full else QUICK_SIZES, reps=5 if full else 2)
+    TIMED_HERE.add(curve_key(ctx))
     save_curve(ctx, c)
     return c
 

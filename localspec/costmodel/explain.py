@@ -25,8 +25,10 @@ def _draft_lines(cm: CostModel | None, cfg: GenConfig) -> list[str]:
                 "curve x their acceptance), else plain autoregressive decoding"]
     best, ar = cm.choose(cfg)
     lines = [
-        f"cost model (alpha={cm.acceptance.alpha:.2f}; target 1 tok {cm.target(1) * 1e3:.1f} ms, "
-        f"16 tok {cm.target(16) * 1e3:.1f} ms; draft step {cm.draft(1) * 1e3:.1f} ms)",
+        f"cost model (alpha={cm.acceptance.alpha:.2f}; prices measured on this machine: target 1 tok "
+        f"{cm.target(1) * 1e3:.1f} ms, 16 tok {cm.target(16) * 1e3:.1f} ms; draft step {cm.draft(1) * 1e3:.1f} ms)",
+        *([f"prices: {cm.prices()}"] if cm.prices() else []),
+        "every row is a prediction (the prices x the acceptance), not a measurement:",
         f"{'method':8} {'K':>2} {'L':>3} {'E[tokens]':>9} {'ms/iter':>8} {'tok/s':>7} {'vs AR':>6}",
         f"{'ar':8} {1:>2} {0:>3} {1.0:>9.2f} {cm.target(1) * 1e3:>8.1f} {ar:>7.1f} {1.0:>6.2f}",
     ]

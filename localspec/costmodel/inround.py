@@ -38,14 +38,21 @@ class InRound:
         object.__setattr__(self, "others", others)
 
     def __call__(self, n: int) -> float:
+        return self._price(self.curve, n)
+
+    def quiet(self, n: int) -> float:
+        """The in-round price at the quiet machine's prices (what a contended probe reads)."""
+        return self._price(self.curve.quiet, n)
+
+    def _price(self, curve: Callable[[int], float], n: int) -> float:
         b = self.others()
         if b <= 0.0:
-            return self.curve(n)
+            return curve(n)
         lo = int(b)
-        base = self.curve(lo) if lo >= 1 else 0.0
+        base = curve(lo) if lo >= 1 else 0.0
         # a flat stretch of the measured curve would price a token at zero (and AR's rate at
         # infinity): a token in a round costs at least FLOOR of what it costs alone
-        return n * max(self.curve(lo + 1) - base, FLOOR * self.curve(1))
+        return n * max(curve(lo + 1) - base, FLOOR * curve(1))
 
     def sharing(self) -> bool:
         """Whether other slots share the round now (what a plain-decoding note says)."""

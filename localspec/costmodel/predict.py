@@ -8,7 +8,7 @@ target's plain decode cost; on 2 cores with a cheap quantized target it often is
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,28 @@ class CostModel:
         """Live timings disagreed with a curve beyond its bound: re-time before trusting it."""
         return self.target.stale or self.draft.stale
 
+    @property
+    def contended(self) -> bool:
+        """Whether a curve prices at a busy machine's cost now (curves.py: never saved)."""
+        return self.target.contended or self.draft.contended
+
+    def quiet(self) -> CostModel:
+        """This model at the quiet machine's prices: what a probe of a contended draft is
+        decided on (decode/policy/auto.py), so a busy minute cannot lock speculation out."""
+        return replace(self, target=_Quiet(self.target), draft=_Quiet(self.draft))
+
+    def prices(self) -> str:
+        """Where the prices come from, for the notes a user reads: "" on a quiet machine's
+        curves, else which are a busy machine's (contended) or timed far off (stale)."""
+        said = []
+        for role, c in (("target", self.target), ("draft", self.draft)):
+            if c.contended:
+                said.append(f"{role} contended ({c(1) / c.quiet(1):.1f}x its quiet price: a busy machine; "
+                            "not saved, re-tested)")
+            elif c.stale:
+                said.append(f"{role} stale (live decodes far from what was timed: healing)")
+        return "; ".join(said)
+
     def ar(self) -> float:
         return 1.0 / self.target(1)
 
@@ -148,6 +170,21 @@ class CostModel:
         """The dynamic-length rule for the chosen setting (valued at its predicted rate)."""
         return CalibratedStop(self, best.K, 1.0 / best.tok_per_s, per_draft)
 
+
+
+class _Quiet:
+    """A curve priced at its quiet prices (CostCurve.quiet, InRound.quiet); the rest delegates."""
+
+    __slots__ = ("curve",)
+
+    def __init__(self, curve: CostCurve) -> None:
+        self.curve = curve
+
+    def __call__(self, n: int) -> float:
+        return self.curve.quiet(n)
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - everything but the price is the curve's
+        return getattr(self.curve, name)
 
 
 def dynamic_length(cfg: GenConfig, best: Prediction) -> bool:

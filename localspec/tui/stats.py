@@ -166,9 +166,13 @@ def render_stats(stats: Stats | None, info: PanelInfo, width: int = 30) -> Text:
         if info.turns:
             _row(t, "tok/s", f"{info.session_tok_per_s:6.1f}  session")
         if stats.ar_estimate > 0 and stats.tok_per_s > 0 and not plain:
-            # AR was not run this turn: its speed is the cost model's prediction, said so
+            # AR was not run this turn: its speed is the cost model's prediction, said so,
+            # and so are prices a busy machine set (contended) or a timing far off (stale)
+            why = "contended or stale prices" if stats.prices else "cost model"
             _row(t, "speedup", f"{stats.tok_per_s / stats.ar_estimate:6.2f}x vs AR {stats.ar_estimate:.1f} tok/s "
-                 "predicted (cost model)")
+                 f"predicted ({why})")
+            if stats.prices:
+                t.append(f" prices: {stats.prices}\n", style="italic #e5c07b")
         _row(t, "block eff", f"{stats.block_efficiency:6.2f}  tok/target call")
         alpha = acceptance_rate(stats)
         _row(t, "accept α", "   —" if alpha is None else f"{alpha:6.0%}")

@@ -70,3 +70,29 @@ def fresh_costs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
     monkeypatch.setattr(gate, "QUIET", 0.0)
     return tmp_path
+
+
+def clock_decodes(monkeypatch: pytest.MonkeyPatch, perf_counter: Callable[[], float],
+                  advance: Callable[[object, int], None]) -> None:
+    """Give the cost model an injected clock: its timings and live samples read
+    `perf_counter`, and every llama_decode calls `advance(ctx pointer, n tokens)` after the
+    real decode, which moves that clock (what a decode costs is then the test's choice,
+    not the machine's load: tests/test_costs_heal.py, tests/test_costs_recovery.py)."""
+    import types
+
+    import llama_cpp
+
+    from localspec.backend import context
+    from localspec.costmodel import curves
+
+    real = llama_cpp.llama_decode
+
+    def decode(ctx, batch):  # noqa: ANN001, ANN202 - llama_cpp's ctypes arguments
+        rc = real(ctx, batch)
+        advance(ctx, batch.n_tokens)
+        return rc
+
+    clock = types.SimpleNamespace(perf_counter=perf_counter)
+    monkeypatch.setattr(context, "time", clock)
+    monkeypatch.setattr(curves, "time", clock)
+    monkeypatch.setattr(context.llama_cpp, "llama_decode", decode)

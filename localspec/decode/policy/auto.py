@@ -3,7 +3,10 @@
 Starts from the cost model's choice; every few iterations the running acceptance estimate
 updates the prediction, so a pair that stops agreeing (or a prompt where the draft is
 useless) falls back to plain decoding, and AR probes speculation now and then in case the
-text became easy again.
+text became easy again -- or the machine quiet again: a probe is decided on the quiet
+machine's prices, and a contended cost model probes early in each turn (FIRST_PROBE, then
+backing off), so the draft's own samples can end a contention its price still shows
+(costmodel/curves.py).
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from localspec.events import Event
 RECHECK_EVERY = 8  # speculative iterations between re-decisions
 PROBE_EVERY = 32  # AR tokens between speculative probes (only if speculation could pay)
 FIRST_PROBE = 4  # with little evidence about this pair, probe early
+# a probe of a contended model: 2 drafted tokens, the fewest whose draft decodes a token
+# alone (a live sample of its 1-token price); a busy machine's draft step was 1.4 s (issue 40)
+RETEST_L = 2
 AR_CHECKS = 3  # plain steps a cost model may take to see the AR cost live (per session)
 
 
@@ -38,15 +44,17 @@ def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
     best, ar = cm.choose(turn.cfg)
     turn.stats.predicted.append((1.0, 1.0, cm.target(1)) if best is None
                                 else (best.tok_per_s / ar, best.expected_tokens, best.seconds))
+    turn.stats.prices = prices = cm.prices()
+    priced = f"; prices: {prices}" if prices else ""
     if best is None:
         turn.stats.choice_note = (
-            f"ar (alpha={cm.acceptance.alpha:.2f}: nothing predicted above {ar:.1f} tok/s); {cm.why_ar()}"
+            f"ar (alpha={cm.acceptance.alpha:.2f}: nothing predicted above {ar:.1f} tok/s){priced}; {cm.why_ar()}"
         )
         return None
     if not dynamic_length(turn.cfg, best):
         turn.stats.choice_note = (
             f"{best.method} K={best.K} L={best.L} (alpha={cm.acceptance.alpha:.2f}, predicted "
-            f"{best.tok_per_s / ar:.2f}x AR)"
+            f"{best.tok_per_s / ar:.2f}x AR){priced}"
         )
         return SpecSettings(best.method, best.K, best.L)
     # dynamic length: L becomes a cap and the calibrated stop rule ends each draft where one
@@ -55,14 +63,18 @@ def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
     per_draft = per_draft_length(turn.cfg, best)
     turn.stats.choice_note = (
         f"{best.method} K={best.K} L<={cap} dynamic{' per draft' if per_draft else ''} "
-        f"(alpha={cm.acceptance.alpha:.2f}, predicted {best.tok_per_s / ar:.2f}x AR at L={best.L})"
+        f"(alpha={cm.acceptance.alpha:.2f}, predicted {best.tok_per_s / ar:.2f}x AR at L={best.L}){priced}"
     )
     return SpecSettings(best.method, best.K, cap, cm.draft_stop(best, per_draft), per_draft)
 
 
 def _could_pay(cm: CostModel) -> bool:
-    """Whether speculation could beat AR at all here (a near-perfect draft, K = 1, L = 8)."""
-    return cm.expected_tokens(1, 8, alpha=0.95) / cm.iteration_seconds(1, 8) > cm.ar()
+    """Whether speculation could beat AR at all here (a near-perfect draft, K = 1, L = 8), at
+    the quiet machine's prices: a draft priced out by a busy minute is still probed, and
+    only its own live samples end the contention (auto never ran a draft whose price a busy
+    minute had raised 59x, so nothing lowered it: issue 40)."""
+    q = cm.quiet() if cm.contended else cm
+    return q.expected_tokens(1, 8, alpha=0.95) / q.iteration_seconds(1, 8) > q.ar()
 
 
 def _needs_ar(cm: CostModel) -> bool:
@@ -120,6 +132,7 @@ class AutoPolicy:
         self.ran = [_ran(self.settings)]
         self.since = 0  # iterations since the last decision
         self.probe = False  # the plan in flight is an AR-phase probe of the model drafter
+        self.retests = 0  # probes of a contended cost model this turn (each waits twice as long)
         self.grammar = registry.build(GRAMMAR, turn, cm)  # a constrained turn's forced tokens
 
     def next(self) -> IterationPlan:
@@ -129,10 +142,11 @@ class AutoPolicy:
             if forced:
                 st = SpecSettings(one_draft_verifier(turn.cfg.sampling.greedy), 1, len(forced))
                 return IterationPlan(st, self.grammar, GRAMMAR)
-        wait = FIRST_PROBE if cm.acceptance.trials < 16 else PROBE_EVERY
         # read when a probe is due (the curves heal as the turn runs), not on every iteration
-        self.probe = probe = (self.model is not None and settings is None and self.since >= wait
+        self.probe = probe = (self.model is not None and settings is None and self.since >= self._wait()
                               and _could_pay(cm))
+        retest = probe and cm.contended
+        self.retests += int(retest)
         # before re-deciding, make sure the AR cost it compares with was seen live at least
         # a few times (a speculating turn never decodes one token alone, and a cached AR
         # cost that lies would otherwise never be corrected): a few AR steps per session
@@ -149,7 +163,7 @@ class AutoPolicy:
             bet = lookup_bet(turn, cm, self.lookup, self.gate)
             return self._lookup_plan(bet) if bet is not None and bet.L else IterationPlan(None, role="ar")
         assert self.model is not None
-        st = settings or SpecSettings(one_draft_verifier(turn.cfg.sampling.greedy), 1, 4)
+        st = settings or SpecSettings(one_draft_verifier(turn.cfg.sampling.greedy), 1, RETEST_L if retest else 4)
         stacks = self.stacks
         if stacks is not None:
             stacks.begin()
@@ -161,6 +175,15 @@ class AutoPolicy:
             # drafts (propose ignores it where it cannot: K > 1, a recurrent draft)
             self.model.hint = bet.tokens[: hint_length(self.gate.alpha(bet.key), cm.draft, st.L - 1)]  # type: ignore[attr-defined]
         return IterationPlan(st, self.model, "model", bet)
+
+    def _wait(self) -> int:
+        """Plain steps before the next probe. A contended cost model is re-tested after
+        FIRST_PROBE steps, then after PROBE_EVERY x 1, 2, 4 ... (a machine still busy pays a
+        few draft steps per turn, log2 of its length); else FIRST_PROBE while the pair has
+        little evidence, PROBE_EVERY after."""
+        if self.cm.contended:
+            return FIRST_PROBE if self.retests == 0 else PROBE_EVERY * 2 ** (self.retests - 1)
+        return FIRST_PROBE if self.cm.acceptance.trials < 16 else PROBE_EVERY
 
     def _lookup_plan(self, bet: Bet) -> IterationPlan:
         """A lookup draft of the bet's length, verified by the one-draft verifier."""
