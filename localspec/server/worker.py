@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localspec.errors import LocalspecError
-from localspec.events import Accepted, Done, Written
+from localspec.events import Accepted, Done, PromptLogprobs, Written
 from localspec.server.schema import GenRequest
 from localspec.server.thinking import splits, start
 from localspec.session import Session
@@ -57,7 +57,9 @@ class Job:
 
     Items put on `items` (in order): ("start",) once the prompt is evaluated, then
     ("text", text, kind, n_tokens[, segment, proposer]) pieces, then ("done", Done); or a single
-    ("error", exception) when generation could not start or failed.
+    ("error", exception) when generation could not start or failed. When asked, the
+    log-probabilities come too: ("prompt_logprobs", entries) first, ("logprobs", entries)
+    after the text of the tokens they score.
     """
 
     req: GenRequest
@@ -299,6 +301,10 @@ class Worker:
                     job.send(("text", ev.text, ev.kind, len(ev.tokens)))
                 elif isinstance(ev, Done):
                     done = ev
+                if isinstance(ev, Accepted | Written) and ev.logprobs:  # after its text (server/logprobs.py)
+                    job.send(("logprobs", ev.logprobs))
+                elif isinstance(ev, PromptLogprobs):
+                    job.send(("prompt_logprobs", ev.entries))
         except Exception as e:
             log.exception("generation failed")
             self.served.append(Served(job.id, "error", 0, job.cancelled.is_set()))
