@@ -197,9 +197,14 @@ def test_prompt_logprobs_match_a_pass_and_reuse_the_cache(smol):
 
 def test_prompt_logprobs_before_a_generation(smol):
     s, _ = smol
-    toks = s.target_model.tokenize("One, two, three,", add_special=True)
+    m = s.target_model
+    toks = m.tokenize("One, two, three", add_special=True)
+    plain = list(s.generate(toks, greedy("sd", L=4, n_predict=6, logprobs=None)))[-1].text
+    list(s.generate(m.tokenize("Something else entirely", add_special=True), greedy("ar", n_predict=2)))
+    score(s, m.tokenize("Another prompt", add_special=True))  # its own last token must be the pending one
     events = list(s.generate(toks, greedy("sd", L=4, n_predict=6, logprobs=0, prompt_logprobs=0)))
     assert isinstance(events[0], PromptLogprobs) and len(events[0].entries) == len(toks)
+    assert events[-1].text == plain  # the answer continues THIS prompt (its last token pending)
     assert len(entries(events)) == len(s.last_tokens) > 0
 
 

@@ -39,9 +39,9 @@ def client(srv) -> openai.OpenAI:
     return openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=120)
 
 
-def chat(client, method: str = "sd", **kw):
+def chat(client, method: str = "sd", extra_body: dict | None = None, **kw):
     return client.chat.completions.create(model="smollm2", messages=ASK, max_tokens=12, temperature=0,
-                                          extra_body={"speculative": {"method": method}}, **kw)
+                                          extra_body={"speculative": {"method": method}, **(extra_body or {})}, **kw)
 
 
 def test_chat_logprobs_are_ars_and_well_formed(client):
@@ -97,7 +97,10 @@ def direct_logprobs(path: Path, tokens: list[int]) -> list[float]:
     """log p(tokens[i] | tokens[:i]) for i >= 1, through llama-cpp-python's own Llama (logits_all)."""
     import llama_cpp
 
-    llm = llama_cpp.Llama(model_path=str(path), logits_all=True, n_ctx=512, n_batch=512, verbose=False)
+    # flash attention as the server's contexts run it on this CPU (-fa auto: on); its numbers
+    # differ from the unfused path's by ~0.1 nat on this model
+    llm = llama_cpp.Llama(model_path=str(path), logits_all=True, n_ctx=512, n_batch=512, flash_attn=True,
+                          verbose=False)
     llm.eval(tokens)
     scores = np.asarray(llm.scores[: len(tokens)], dtype=np.float64)
     out = []

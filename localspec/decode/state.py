@@ -97,6 +97,7 @@ class KVState:
             self._cut(keep)
         todo = target[len(self.tokens):-1]
         if on_rows is not None:
+            self.pending = [target[-1]]
             return self._sync_scored(todo, on_rows)
         n_batch = self.ctx.n_batch
         for start in range(0, len(todo), n_batch):

@@ -59,7 +59,7 @@ class Job:
     ("text", text, kind, n_tokens[, segment, proposer]) pieces, then ("done", Done); or a single
     ("error", exception) when generation could not start or failed. When asked, the
     log-probabilities come too: ("prompt_logprobs", entries) first, ("logprobs", entries)
-    after the text of the tokens they score.
+    just before the text of the tokens they score.
     """
 
     req: GenRequest
@@ -289,6 +289,10 @@ class Worker:
             for ev in events:
                 if job.cancelled.is_set():
                     session.stop()  # also covers a cancel that raced generate()'s start
+                if isinstance(ev, Accepted | Written) and ev.logprobs:  # before their text: a chunk
+                    job.send(("logprobs", ev.logprobs))  # carries its tokens' (server/logprobs.py)
+                elif isinstance(ev, PromptLogprobs):
+                    job.send(("prompt_logprobs", ev.entries))
                 if split:  # (segment, text) pieces of a thinking model: reasoning_content apart
                     for p in events.take():
                         job.send(("text", p.text, p.kind, p.tokens, p.segment))
@@ -301,10 +305,6 @@ class Worker:
                     job.send(("text", ev.text, ev.kind, len(ev.tokens)))
                 elif isinstance(ev, Done):
                     done = ev
-                if isinstance(ev, Accepted | Written) and ev.logprobs:  # after its text (server/logprobs.py)
-                    job.send(("logprobs", ev.logprobs))
-                elif isinstance(ev, PromptLogprobs):
-                    job.send(("prompt_logprobs", ev.entries))
         except Exception as e:
             log.exception("generation failed")
             self.served.append(Served(job.id, "error", 0, job.cancelled.is_set()))
