@@ -23,22 +23,41 @@ from localspec.backend import Model
 from localspec.events import TokenLogprob
 
 
-def log_normalizer(row: np.ndarray) -> float:
-    """log(sum(exp(row))) of one float32 logits row, stable (max shifted out) and summed in
-    float64 so that 150k terms lose nothing measurable."""
-    m = float(row.max())
+def log_normalizer(row: np.ndarray, top: float | None = None) -> float:
+    """log(sum(exp(row))) of one float32 logits row (`top`: its max, when known), stable (the
+    max shifted out) and summed in float64 so that 150k terms lose nothing measurable."""
+    m = float(row.max()) if top is None else top
     return m + math.log(float(np.exp(row - m).sum(dtype=np.float64)))
+
+
+def top_ids(row: np.ndarray, n: int, top: float) -> np.ndarray:
+    """The n largest entries' ids, largest first (ties: lower id first).
+
+    A partial sort of the whole row costs ~2 ms on 150k entries; the top few lie within a
+    few logits of the max, so candidates above a threshold are found in one vectorised pass
+    (~0.1 ms) and only they are sorted; the threshold widens until n are in."""
+    width = 8.0
+    while True:
+        ids = np.flatnonzero(row >= top - width)
+        if ids.size >= n or width > 1e6:
+            break
+        width *= 8
+    if ids.size < n:  # fewer than n finite entries above -1e6: take the whole row
+        ids = np.arange(row.shape[0])
+    if ids.size > n:  # those at least the n-th largest (all of a tie at the boundary)
+        vals = row[ids]
+        ids = ids[vals >= np.partition(vals, -n)[-n]]
+    return ids[np.lexsort((ids, -row[ids]))][:n]
 
 
 def row_logprob(model: Model, row: np.ndarray, token: int, n_top: int) -> TokenLogprob:
     """The entry of `token` read from the row that predicted it, with the n_top most likely
     alternatives (ties: lower id first)."""
-    lse = log_normalizer(row)
+    m = float(row.max())
+    lse = log_normalizer(row, m)
     top: tuple[tuple[int, bytes, float], ...] = ()
     if n_top > 0:
-        n = min(n_top, row.shape[0])
-        ids = np.argpartition(row, -n)[-n:]
-        ids = ids[np.lexsort((ids, -row[ids]))]  # by logit, descending; ties by id
+        ids = top_ids(row, min(n_top, row.shape[0]), m)
         top = tuple((int(t), model.piece(int(t)), float(row[t]) - lse) for t in ids)
     return TokenLogprob(int(token), model.piece(int(token)), float(row[token]) - lse, top)
 
