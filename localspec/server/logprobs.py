@@ -120,8 +120,8 @@ class LogprobLog:
         return out
 
     def empty(self) -> dict:
-        """The shape of no entries (a response that asked but has no token, e.g. max_tokens 0
-        without echo is refused, yet an answer cut at once by a stop string has none)."""
+        """The shape of no entries: a response that asked but has no token (an answer that
+        ended at once, at the end-of-turn token, which gets no entry)."""
         if self.chat:
             return {"content": [], "refusal": None}
         return {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
