@@ -112,34 +112,33 @@ def direct_logprobs(path: Path, tokens: list[int]) -> list[float]:
     return out
 
 
-def test_lm_eval_loglikelihood_request(srv, client, smollm2_path):
+def test_lm_eval_loglikelihood_request(srv, smollm2_path):
     """lm-eval's local-completions: prompt = context + continuation (token ids), echo, logprobs 1,
     max_tokens 0, temperature 0; it sums token_logprobs over the continuation."""
-    ctx = client.completions.create(model="smollm2", prompt="The capital of France is", max_tokens=1,
-                                    temperature=0, logprobs=1, echo=True)  # warm: a cache to reuse below
-    assert ctx.choices[0].logprobs.token_logprobs[0] is None
     import llama_cpp
 
     llm = llama_cpp.Llama(model_path=str(smollm2_path), vocab_only=True, verbose=False)
     context = llm.tokenize(b"Question: What is the capital of France?\nAnswer:", add_bos=True)
-    want_all = None
-    for cont in (b" Paris", b" Lyon, probably"):
+    want: dict[tuple[int, ...], list[float]] = {}
+    # max_tokens 0 as the brief's request; 1 as lm-eval sends it now (it drops the last entry)
+    for cont, max_tokens in ((b" Paris", 0), (b" Lyon, probably", 0), (b" Lyon, probably", 1)):
         cont_ids = llm.tokenize(cont, add_bos=False, special=False)
-        body = {"model": "smollm2", "prompt": [context + cont_ids], "temperature": 0, "max_tokens": 0,
+        body = {"model": "smollm2", "prompt": [context + cont_ids], "temperature": 0, "max_tokens": max_tokens,
                 "logprobs": 1, "seed": 1234, "echo": True}
         r = post(srv, COMPLETIONS, body, key=None)
         assert r.status_code == 200, r.text
         ch = r.json()["choices"][0]
         lp = ch["logprobs"]
-        assert len(lp["token_logprobs"]) == len(context) + len(cont_ids) and lp["token_logprobs"][0] is None
-        assert r.json()["usage"]["completion_tokens"] == 0
-        assert ch["text"] == llm.detokenize(context + cont_ids).decode()
-        got = sum(lp["token_logprobs"][len(context):])
-        want_all = direct_logprobs(smollm2_path, context + cont_ids)
-        assert got == pytest.approx(sum(want_all[len(context) - 1:]), abs=1e-3)
-        is_greedy = all(t == max(top.values()) for t, top in
-                        zip(lp["token_logprobs"][len(context):], lp["top_logprobs"][len(context):], strict=True))
-        assert isinstance(is_greedy, bool)
+        n = len(context) + len(cont_ids)
+        assert len(lp["token_logprobs"]) == n + max_tokens and lp["token_logprobs"][0] is None
+        assert r.json()["usage"]["completion_tokens"] == max_tokens
+        assert ch["text"].startswith(llm.detokenize(context + cont_ids).decode())
+        got = sum(lp["token_logprobs"][len(context):n])
+        key = tuple(context + cont_ids)
+        want[key] = want.get(key) or direct_logprobs(smollm2_path, list(key))
+        assert got == pytest.approx(sum(want[key][len(context) - 1:]), abs=1e-3)
+        for t, top in zip(lp["token_logprobs"][len(context):n], lp["top_logprobs"][len(context):n], strict=True):
+            assert t in top.values() and t <= max(top.values())  # lm-eval's is_greedy reads these
     llm.close()
 
 
