@@ -93,14 +93,9 @@ def test_completions_legacy_shape(client):
         assert 2 <= len(top) <= 3
 
 
-def direct_logprobs(path: Path, tokens: list[int]) -> list[float]:
+def direct_logprobs(llm, tokens: list[int]) -> list[float]:
     """log p(tokens[i] | tokens[:i]) for i >= 1, through llama-cpp-python's own Llama (logits_all)."""
-    import llama_cpp
-
-    # flash attention as the server's contexts run it on this CPU (-fa auto: on); its numbers
-    # differ from the unfused path's by ~0.1 nat on this model
-    llm = llama_cpp.Llama(model_path=str(path), logits_all=True, n_ctx=512, n_batch=512, flash_attn=True,
-                          verbose=False)
+    llm.reset()
     llm.eval(tokens)
     scores = np.asarray(llm.scores[: len(tokens)], dtype=np.float64)
     out = []
@@ -108,7 +103,6 @@ def direct_logprobs(path: Path, tokens: list[int]) -> list[float]:
         row = scores[i - 1]
         m = row.max()
         out.append(float(row[tokens[i]] - (m + np.log(np.exp(row - m).sum()))))
-    llm.close()
     return out
 
 
@@ -117,7 +111,10 @@ def test_lm_eval_loglikelihood_request(srv, smollm2_path):
     max_tokens 0, temperature 0; it sums token_logprobs over the continuation."""
     import llama_cpp
 
-    llm = llama_cpp.Llama(model_path=str(smollm2_path), vocab_only=True, verbose=False)
+    # flash attention as the server's contexts run it on this CPU (-fa auto: on); its numbers
+    # differ from the unfused path's by ~0.1 nat on this model
+    llm = llama_cpp.Llama(model_path=str(smollm2_path), logits_all=True, n_ctx=128, n_batch=128, flash_attn=True,
+                          verbose=False)
     context = llm.tokenize(b"Question: What is the capital of France?\nAnswer:", add_bos=True)
     want: dict[tuple[int, ...], list[float]] = {}
     # max_tokens 0 as the brief's request; 1 as lm-eval sends it now (it drops the last entry)
@@ -135,7 +132,7 @@ def test_lm_eval_loglikelihood_request(srv, smollm2_path):
         assert ch["text"].startswith(llm.detokenize(context + cont_ids).decode())
         got = sum(lp["token_logprobs"][len(context):n])
         key = tuple(context + cont_ids)
-        want[key] = want.get(key) or direct_logprobs(smollm2_path, list(key))
+        want[key] = want.get(key) or direct_logprobs(llm, list(key))
         assert got == pytest.approx(sum(want[key][len(context) - 1:]), abs=1e-3)
         for t, top in zip(lp["token_logprobs"][len(context):n], lp["top_logprobs"][len(context):n], strict=True):
             assert t in top.values() and t <= max(top.values())  # lm-eval's is_greedy reads these
