@@ -232,3 +232,27 @@ def test_top_ids_is_a_sort_of_the_row():
             row[rng.random(V) < 0.5] = -np.inf
         want = np.lexsort((np.arange(V), -row.astype(np.float64)))[:n]
         assert list(top_ids(row, n, float(row.max()))) == list(want)
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "mamba2", "gemma3"])
+def test_every_memory_kind(tiny, arch):
+    """A hybrid (state snapshots), a recurrent (branch copies) and a sliding-window memory:
+    sd reports AR's log-probabilities, and prompt scoring leaves the state a generation
+    continues from (a recurrent state cannot be cut back: scoring re-evaluates from 0).
+    Tolerance: these random-weight models' verify batches move the numbers by up to 6e-4."""
+    tol = 2e-3
+    s = session(tiny[arch], tiny[arch + "-draft"])
+    try:
+        toks = s.tokenize("Write a story about a robot who learns to paint.")
+        ref = list(s.generate(toks, greedy("ar", n_predict=24)))
+        sd = list(s.generate(toks, greedy("sd", L=4, n_predict=24)))
+        assert sd[-1].text == ref[-1].text
+        got, want = entries(sd), entries(ref)
+        assert [e.token for e in got] == [e.token for e in want] and got
+        assert [e.logprob for e in got] == pytest.approx([e.logprob for e in want], abs=tol)
+        for _ in range(2):  # the second time from the cache
+            scored = list(s.generate(toks, greedy("ar", n_predict=24, prompt_logprobs=1)))
+            assert len(scored[0].entries) == len(toks) and scored[-1].text == ref[-1].text
+            assert [e.logprob for e in entries(scored)] == pytest.approx([e.logprob for e in want], abs=tol)
+    finally:
+        s.close()
