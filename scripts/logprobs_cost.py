@@ -4,7 +4,7 @@ Two figures: the Python work per emitted token (decode/logprobs.row_logprob on a
 row of the model, N alternatives), and a greedy generation's seconds per token with
 logprobs off / on, interleaved runs (the machine's noise hits both alike).
 
-    python scripts/logprobs_cost.py [MODEL] [-n TOKENS] [--runs R]
+    python scripts/logprobs_cost.py [MODEL] [-n TOKENS] [--runs R] [--rows-only]
 """
 
 from __future__ import annotations
@@ -49,11 +49,14 @@ def main() -> None:
     ap.add_argument("model", nargs="?", default="qwen2.5-coder-0.5b")
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--rows-only", action="store_true", help="the per-row figure alone (no generation)")
     args = ap.parse_args()
     model = Model(resolve_model(args.model))
     print(f"{args.model}: vocabulary {model.n_vocab}")
     for n_top in (0, 5, 20):
         print(f"  row_logprob, {n_top:2d} alternatives: {per_row(model, n_top) * 1e3:.3f} ms/token")
+    if args.rows_only:
+        return
     sess = RuntimeSession(model, None, SessionOptions(n_ctx=1024))
     per_token(sess, 8, None)  # warm up
     runs: dict[str, list[float]] = {"off": [], "on (5 alternatives)": []}

@@ -41,7 +41,7 @@ def top_ids(row: np.ndarray, n: int, top: float) -> np.ndarray:
         ids = np.flatnonzero(row >= top - width)
         if ids.size >= n or width > 1e6:
             break
-        width *= 8
+        width *= 2
     if ids.size < n:  # fewer than n finite entries above -1e6: take the whole row
         ids = np.arange(row.shape[0])
     if ids.size > n:  # those at least the n-th largest (all of a tie at the boundary)
