@@ -63,6 +63,10 @@ SPECULATIVE = tuple(m.name for m in METHOD_TABLE.values() if m.verifier)  # K x 
 # drafter registry (decode/drafters/registry.py) names them, their kinds and aliases
 
 
+# the most alternatives a log-probability entry lists (OpenAI's top_logprobs limit)
+MAX_TOP_LOGPROBS = 20
+
+
 # The smallest temperature that samples: below it 1/temp times a logit overflows a double
 # and the distribution is NaN (use 0, greedy, instead).
 MIN_TEMP = 1e-6
@@ -152,6 +156,11 @@ class GenConfig:
     # the answer must match this grammar / regex / JSON schema (--grammar, --json-schema, the
     # server's response_format): decode/constrained.py; None: unconstrained
     constraint: ConstraintSpec | None = None
+    # the target's log-probability of each emitted token and of its N most likely
+    # alternatives (None: off, nothing computed); prompt_logprobs: the same for every prompt
+    # token (a full prompt pass with logits at every position), n_predict may then be 0
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
 
     @property
     def proposers(self) -> tuple[str, ...]:
@@ -226,8 +235,14 @@ class GenConfig:
             raise ConfigError(f"--spec-suffix-factor must be a number > 0 (got {self.suffix_factor})")
         if self.suffix_max_tokens < 1024:
             raise ConfigError(f"--spec-suffix-max-tokens must be >= 1024 (got {self.suffix_max_tokens})")
-        if self.n_predict < 1:
+        if self.n_predict < (0 if self.prompt_logprobs is not None else 1):
             raise ConfigError(f"-n/--n-predict must be >= 1 (got {self.n_predict})")
+        for name, n in (("logprobs", self.logprobs), ("prompt_logprobs", self.prompt_logprobs)):
+            if n is not None and not 0 <= n <= MAX_TOP_LOGPROBS:
+                raise ConfigError(f"{name} must be in 0..{MAX_TOP_LOGPROBS} alternatives (got {n})")
+        if self.method == "parse" and (self.logprobs is not None or self.prompt_logprobs is not None):
+            raise ConfigError("--method parse does not return log-probabilities (the target judges a "
+                              "drafted answer, it does not score each token): use another method")
         if self.draft_temp is not None and not 0.0 <= self.draft_temp < math.inf:
             raise ConfigError(f"--draft-temp must be a number >= 0 (got {self.draft_temp})")
         self.sampling.validate()

@@ -27,6 +27,23 @@ Source = str
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """The target's log-probability of one token, and its `top` most likely alternatives
+    as (token, piece, logprob), most likely first (docs/server.md#logprobs).
+
+    The distribution is the target's raw one (log-softmax of its logits, before
+    temperature, top-k/p, min-p and any grammar): what a lossless method's answer is
+    sampled from, before the sampling settings reshape it. `piece` is the token's bytes in
+    the text (a UTF-8 character may be split across tokens). `logprob` is None only for a
+    prompt's first token, which nothing predicts."""
+
+    token: int
+    piece: bytes
+    logprob: float | None
+    top: tuple[tuple[int, bytes, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class Drafted:
     """Drafts proposed in one iteration (K drafts of up to L tokens; PARSE: one answer)."""
 
@@ -44,6 +61,7 @@ class Accepted:
     tokens: tuple[int, ...]
     text: str
     source: Source = "draft"
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per token, when the config asks (GenConfig.logprobs)
 
 
 @dataclass(frozen=True)
@@ -63,6 +81,8 @@ class Written:
     tokens: tuple[int, ...]
     text: str
     kind: Provenance
+    # one per token of `tokens` the answer took (not a closing end-of-turn token), when asked
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -275,6 +295,15 @@ MERGE: dict[str, str] = {
 }
 
 @dataclass(frozen=True)
+class PromptLogprobs:
+    """The target's log-probability of every prompt token given the ones before it
+    (GenConfig.prompt_logprobs; the first entry's logprob is None): the first event of
+    such a generation, before any generated token. How log-likelihood evaluations score."""
+
+    entries: tuple[TokenLogprob, ...]
+
+
+@dataclass(frozen=True)
 class Progress:
     """A long step before the first token (timing the models on this machine, once):
     frontends show `message` and `fraction` in [0, 1]; nothing is generated yet."""
@@ -303,4 +332,4 @@ class Done:
     message: str = ""
 
 
-Event = Drafted | Accepted | Rejected | Written | Judged | Cut | Progress | StatsUpdate | Done
+Event = Drafted | Accepted | Rejected | Written | Judged | Cut | Progress | StatsUpdate | Done | PromptLogprobs

@@ -29,11 +29,12 @@ from localspec.decode.drafters.suffix import SuffixStore
 from localspec.decode.drafters.suffix_shared import SharedSuffix, SlotSuffix
 from localspec.decode.emitter import Emitter
 from localspec.decode.plan import Loop, fit_memory, pick_loop, plan_turn
+from localspec.decode.prompt_scores import PromptScorer
 from localspec.decode.state import KVState
 from localspec.decode.think_gate import think_gate
 from localspec.decode.turn import Turn
 from localspec.errors import ConfigError
-from localspec.events import Done, Event, Stats
+from localspec.events import Done, Event, PromptLogprobs, Stats
 from localspec.models.gguf import nextn_layers
 from localspec.session import Message, ProgressFn, Prompt, SessionOptions, ThinkMarkers
 from localspec.stopflag import StopFlag
@@ -125,6 +126,7 @@ class RuntimeSession:
         self.suffix: SuffixStore | None = None
         self.shared_suffix: SharedSuffix | None = None  # a pool's slots: every slot's finished ones
         self._constraints: dict[object, object] = {}  # ConstraintSpec -> its compiled Constraint
+        self._scorer = PromptScorer()  # prompt log-probabilities, with the last prompt's kept
 
     @property
     def costs(self) -> CostModel | None:
@@ -370,19 +372,28 @@ class RuntimeSession:
             stats.timing_seconds = ticket.waited
             t0 = time.perf_counter()
             stats.prompt_tokens = len(tokens)
-            stats.prompt_evaluated = self.target.sync(tokens)
+            scores = None
+            if cfg.prompt_logprobs is None:
+                stats.prompt_evaluated = self.target.sync(tokens)
+            else:  # every position's logits (decode/prompt_scores.py)
+                stats.prompt_evaluated, entries = self._scorer.sync(self.target, self.target_model, tokens,
+                                                                    cfg.prompt_logprobs)
+                scores = PromptLogprobs(entries)
             stats.prompt_seconds = time.perf_counter() - t0
         except BaseException:
             ticket.release()
             raise
-        events = self._drive(loop, method, needs_costs, cfg, stats, tokens, prompt_text, ticket, constraint)
+        events = self._drive(loop, method, needs_costs, cfg, stats, tokens, prompt_text, ticket, constraint, scores)
         weakref.finalize(events, ticket.release)  # an iterator dropped unstarted frees the gate too
         return events
 
     def _drive(
         self, loop: Loop, method: str, needs_costs: bool, cfg: GenConfig, stats: Stats,
         tokens: list[int], prompt_text: str | None, ticket: Ticket, constraint: TurnConstraint | None = None,
+        scores: PromptLogprobs | None = None,
     ) -> Iterator[Event]:
+        if scores is not None:
+            yield scores
         costs = None
         if needs_costs:  # never a re-timing; a first timing only where no timer runs in the background
             try:
@@ -418,7 +429,8 @@ class RuntimeSession:
         reason = None
         message = ""
         try:
-            yield from loop(turn)
+            if cfg.n_predict > 0:  # 0: the prompt's log-probabilities alone (GenConfig.prompt_logprobs)
+                yield from loop(turn)
             if turn.emitter.done is None:
                 turn.emitter.close("interrupted" if turn.stop_flag.is_set() else "max_tokens")
             reason = turn.emitter.done

@@ -356,7 +356,7 @@ CHAT = "/v1/chat/completions"
      "response_format.type", "invalid_value"),
     ({"messages": [{"role": "user", "content": "hi"}], "json_schema": {"type": "object"}, "grammar": "root ::= \"a\""},
      400, "json_schema", "invalid_value"),
-    ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, 400, "logprobs", "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "hi"}], "echo": True}, 400, "echo", "unsupported_parameter"),
     ({"messages": [{"role": "user", "content": "hi"}], "frequency_penalty": 0.5}, 400, "frequency_penalty",
      "unsupported_parameter"),
     ({"messages": [{"role": "user", "content": "hi"}], "wat": 1}, 400, "wat", "unknown_parameter"),

@@ -47,9 +47,9 @@ FIELDS = sorted(CHAT_FIELDS | COMPLETION_FIELDS | HARMLESS | set(NEUTRAL))
 CHAT_BASE = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
              "max_tokens": 1, "temperature": 0.5, "top_k": 40, "top_p": 0.9, "seed": 3, "stop": ["\n\n"],
              "speculative": {"method": "sd", "K": 1, "L": 2}, "stream_options": {"include_usage": True},
-             "localspec": {"provenance": True}}
+             "localspec": {"provenance": True}, "logprobs": True, "top_logprobs": 2}
 COMPLETION_BASE = {"prompt": "1, 2, 3,", "max_tokens": 2, "min_p": 0.05, "n_predict": 2,
-                   "speculative.n_max": 2, "seed": -1}
+                   "speculative.n_max": 2, "seed": -1, "logprobs": 3, "echo": True}
 EVIL = [2**31, 2**31 - 1, -(2**31) - 1, 2**63, 2**64, -(2**64), 10**30, 10**400, -1, 0, 1, 1.5, -0.0,
         1e308, -1e308, 5e-324, True, False, None, "", "\ud800", "a\udfffb", "\x00", "x" * 3000,
         "\U0001f600", [], {}, [None], [[[]]], {"": None}, [2**31], [-5], [49152], [1, "a"], ["\ud83d"],

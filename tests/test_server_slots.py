@@ -150,3 +150,30 @@ def test_each_slot_decodes_under_its_own_request_grammar(slots_srv):
         if name:
             assert re.fullmatch(grammars[name][1], text), (name, text)
     assert any(not re.fullmatch(r"[0-9.]*", t) for n, t in answers if n is None)
+
+
+def test_slots_return_each_requests_logprobs(slots_srv):
+    """-np 2: concurrent requests, some scoring their prompt (echo + max_tokens 0), some
+    asking for the answer's log-probabilities: each gets entries for its own tokens (rows of
+    a joined decode are sliced per slot)."""
+
+    def ask(i: int) -> tuple[int, dict]:
+        body = {"prompt": f"{COUNT} {i}", "temperature": 0, "logprobs": 2}
+        body.update({"max_tokens": 0, "echo": True} if i % 2 else {"max_tokens": 12})
+        r = httpx.post(slots_srv.url + "/v1/completions", timeout=120, json=body)
+        assert r.status_code == 200, r.text
+        return i, r.json()
+
+    with ThreadPoolExecutor(4) as ex:
+        answers = list(ex.map(ask, range(6)))
+    for i, a in answers:
+        ch = a["choices"][0]
+        lp = ch["logprobs"]
+        assert "".join(lp["tokens"]) == ch["text"]
+        if i % 2:
+            assert ch["text"] == f"{COUNT} {i}" and len(lp["tokens"]) == a["usage"]["prompt_tokens"]
+            assert lp["token_logprobs"][0] is None and all(p <= 0 for p in lp["token_logprobs"][1:])
+        else:
+            assert len(lp["tokens"]) == a["usage"]["completion_tokens"] > 0
+            assert all(max(top.values()) == p for p, top in zip(lp["token_logprobs"], lp["top_logprobs"],
+                                                                 strict=True))  # greedy

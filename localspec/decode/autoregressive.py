@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+from localspec.decode.logprobs import row_logprob
 from localspec.decode.state import MAIN
 from localspec.decode.turn import Turn
 from localspec.events import Event, Written
@@ -33,11 +34,13 @@ def target_step(turn: Turn) -> Written | None:
     tgt.advance(tok)
     if con is not None:
         con.commit([tok])
-    _, text = turn.emitter.push([tok])
+    taken, text = turn.emitter.push([tok])
+    n_top = turn.cfg.logprobs
+    lps = (row_logprob(turn.target_model, logits, tok, n_top),) if n_top is not None and taken else ()
     stats.target_calls += 1
     stats.verify_seconds += t1 - t0
     stats.overhead_seconds += time.perf_counter() - t1
-    return Written((tok,), text, "target")
+    return Written((tok,), text, "target", lps)
 
 
 def ar_step(turn: Turn) -> list[Event] | None:

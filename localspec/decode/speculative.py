@@ -22,9 +22,10 @@ from localspec.decode.drafters import registry
 from localspec.decode.drafters.base import Drafter, DraftRequest
 from localspec.decode.drafters.combine import ChainDrafter, StackDrafter
 from localspec.decode.drafters.trie import GRAMMAR, DraftStop, DraftTrie
+from localspec.decode.logprobs import span_logprobs
 from localspec.decode.state import MAIN, KVState
 from localspec.decode.turn import Turn
-from localspec.events import Accepted, Drafted, Event, Rejected, Stats, Written
+from localspec.events import Accepted, Drafted, Event, Rejected, Stats, TokenLogprob, Written
 from localspec.sampling import SparseRow, greedy_rows, transform_row
 from localspec.verify import Decision, NumpyRNG
 
@@ -133,6 +134,7 @@ def spec_iteration(turn: Turn, st: SpecSettings, drafter: Drafter, rng: NumpyRNG
     d = verify_block(turn, trie, x, rows, trie.verifier or st.method, rng)  # a stack names rrs
     own = trie.length(d.k)
     acc = [int(t) for t in x[d.k, : d.tau]]
+    lps = _logprobs(turn, trie, rows, d, acc)  # before anything decodes again on the target
     tgt.commit(acc, d.token, seq=d.k + 1 if lane is None else lane)
     if con is not None:
         con.commit([*acc, d.token])
@@ -142,7 +144,7 @@ def spec_iteration(turn: Turn, st: SpecSettings, drafter: Drafter, rng: NumpyRNG
     stats.draft_calls += trie.draft_calls
     stats.record(d.tau, own)
     _count(stats, trie, d, own)
-    events = _events(turn, x, d, acc, own, trie.source_of(d.k), trie.forced)
+    events = _events(turn, x, d, acc, own, trie.source_of(d.k), trie.forced, lps)
     t3 = time.perf_counter()
     stats.draft_seconds += t1 - t0
     stats.verify_seconds += t2 - t1
@@ -169,8 +171,18 @@ def _count(stats: Stats, trie: DraftTrie, d: Decision, own: int) -> None:
     stats.stacked += 1
 
 
+def _logprobs(turn: Turn, trie: DraftTrie, rows: list[int], d: Decision, acc: list[int]) -> tuple[TokenLogprob, ...]:
+    """The target's entries for the kept tokens and the one it wrote, read from the rows of
+    the verify pass along draft d.k (the row before each token), when the config asks."""
+    n_top = turn.cfg.logprobs
+    if n_top is None:
+        return ()
+    out = [rows[-1]] + [rows[n] for n in trie.path[d.k]]
+    return span_logprobs(turn.target_model, turn.target.ctx.logits_all(), out[: len(acc) + 1], [*acc, d.token], n_top)
+
+
 def _events(turn: Turn, x: np.ndarray, d: Decision, acc: list[int], own: int, source: str,
-            forced: int = 0) -> list[Event]:
+            forced: int = 0, lps: tuple[TokenLogprob, ...] = ()) -> list[Event]:
     """Drafted, Accepted, Rejected and the target's Written token of one iteration; the
     draft events name the proposer that wrote this iteration's trie (frontends colour by it).
     A grammar's forced tail (constrained.fit) is accepted as the grammar's own span."""
@@ -178,16 +190,16 @@ def _events(turn: Turn, x: np.ndarray, d: Decision, acc: list[int], own: int, so
     drafts = tuple(tuple(int(t) for t in row if t != PAD) for row in x)
     events: list[Event] = [Drafted(drafts, tuple(model.detokenize(row) for row in drafts), source)]
     mine = min(len(acc), own - forced) if d.k == 0 else len(acc)
-    for i, (part, by) in enumerate(((acc[:mine], source), (acc[mine:], GRAMMAR))):
+    for i, (part, by, at) in enumerate(((acc[:mine], source, 0), (acc[mine:], GRAMMAR, mine))):
         if i == 0 or (part and not emitter.done):  # the kept draft's own span always, then the forced tail
             taken, text = emitter.push(part)
-            events.append(Accepted(d.k, len(part), tuple(part[:taken]), text, by))
+            events.append(Accepted(d.k, len(part), tuple(part[:taken]), text, by, lps[at : at + taken]))
     rej = drafts[d.k][d.tau :]
     if rej:
         events.append(Rejected(d.k, rej, model.detokenize(rej), source))
     if not emitter.done:
-        _, text = emitter.push([d.token])
-        events.append(Written((d.token,), text, "bonus" if d.tau == own else "correction"))
+        taken, text = emitter.push([d.token])
+        events.append(Written((d.token,), text, "bonus" if d.tau == own else "correction", lps[len(acc):][:taken]))
     return events
 
 

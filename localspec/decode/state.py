@@ -25,13 +25,16 @@ The invariant holds on every memory kind (backend/memory.py), each by its own me
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from localspec.backend import Context
 from localspec.backend.memory import Memory
 from localspec.errors import ContextFullError, SeqOpError
 
 MAIN = 0  # main sequence id; drafts / PARSE cuts use 1..n_seq_max-1
+SCORE_CHUNK = 64  # prompt positions per decode when every position's logits are read (sync's on_rows)
 BRANCH = 1  # the one draft sequence of a recurrent / hybrid model that cannot roll back
 
 
@@ -53,6 +56,10 @@ class KVState:
         self.tokens: list[int] = []
         self.pending: list[int] = []
         self.reevaluated = 0  # accepted tokens evaluated again (memories that cannot roll back)
+        # leading tokens whose KV a prompt-scoring pass (sync's on_rows) computed, in chunks
+        # aligned to SCORE_CHUNK positions: a later scoring that reuses them gets the numbers
+        # a fresh one would (llama.cpp's results depend on a batch's shape: ~0.1 nat apart)
+        self.scored = 0
 
     @property
     def n_past(self) -> int:
@@ -63,11 +70,17 @@ class KVState:
     def committed(self) -> list[int]:
         return self.tokens + self.pending
 
-    def sync(self, target: list[int]) -> int:
+    def sync(self, target: list[int], *, reuse: int | None = None,
+             on_rows: Callable[[np.ndarray, int], None] | None = None) -> int:
         """Make seq 0 hold target[:-1] with target[-1] pending, reusing the cached prefix.
 
         Returns the number of tokens evaluated (0 when the prefix was already cached): the
         second turn of a chat only evaluates its own new tokens.
+
+        Scoring a prompt (decode/prompt_scores.py): `on_rows(logits, pos)` gets the logits
+        of every evaluated position, chunk by chunk (row i is position pos + i), and at most
+        `reuse` cached tokens are kept, so that the positions whose logits the caller lacks
+        are evaluated again (the cache keeps the same tokens: prefix reuse is unchanged).
         """
         if not target:
             raise ValueError("empty prompt")
@@ -77,10 +90,15 @@ class KVState:
                 "shorten it, start a new conversation, or raise --ctx"
             )
         keep = common_prefix(self.tokens, target[:-1])
+        if reuse is not None:
+            keep = min(keep, reuse)
         self.drop_drafts()
         if keep < len(self.tokens):
             self._cut(keep)
         todo = target[len(self.tokens):-1]
+        if on_rows is not None:
+            self.pending = [target[-1]]
+            return self._sync_scored(todo, on_rows)
         n_batch = self.ctx.n_batch
         for start in range(0, len(todo), n_batch):
             chunk = todo[start : start + n_batch]
@@ -89,6 +107,28 @@ class KVState:
             self.ctx.decode()
             self.tokens.extend(chunk)
         self.pending = [target[-1]]
+        return len(todo)
+
+    def _sync_scored(self, todo: list[int], on_rows: Callable[[np.ndarray, int], None]) -> int:
+        """Evaluate `todo` after the main sequence with logits at every position, in chunks
+        that end on multiples of SCORE_CHUNK (the same shapes whatever was cached before):
+        llama.cpp's output buffer grows to the largest chunk's rows x the vocabulary (512
+        rows of Qwen's 152k are 300 MB), so the chunks are small."""
+        aligned = self.scored == len(self.tokens)  # everything before was scored like this too
+        step = min(self.ctx.n_batch, SCORE_CHUNK)
+        i = 0
+        while i < len(todo):
+            pos = len(self.tokens)
+            chunk = todo[i : i + step - pos % step]
+            b = self.ctx.batch.clear()
+            for j, t in enumerate(chunk):
+                b.add(t, pos + j, MAIN, True)
+            self.ctx.decode()
+            on_rows(self.ctx.logits_all(), pos)
+            self.tokens.extend(chunk)
+            i += len(chunk)
+        if aligned:
+            self.scored = len(self.tokens)
         return len(todo)
 
     def sync_to(self, committed: list[int]) -> None:
@@ -121,6 +161,7 @@ class KVState:
             keep = 0  # the window's cells were reused: evaluate the prefix again
             self.ctx.seq_rm(MAIN, 0, -1)
         del self.tokens[keep:]
+        self.scored = min(self.scored, keep)
 
     @property
     def drafts_per_pass(self) -> int:
@@ -238,9 +279,10 @@ class KVState:
             self.ctx.seq_rm(MAIN, len(self.tokens), -1)
         elif self.ctx.pos_max(MAIN) >= len(self.tokens):
             self.ctx.seq_rm(MAIN, 0, -1)
-            self.tokens, self.pending = [], []
+            self.tokens, self.pending, self.scored = [], [], 0
 
     def reset(self) -> None:
         self.ctx.clear()
         self.tokens = []
         self.pending = []
+        self.scored = 0

@@ -32,6 +32,7 @@ from localspec.server.body import read_json
 from localspec.server.errors import ApiError
 from localspec.server.guard import Guard
 from localspec.server.hosts import LOOPBACK_NAMES
+from localspec.server.logprobs import Scores
 from localspec.server.metrics import CONTENT_TYPE, CountStatuses, Metrics
 from localspec.server.schema import GenRequest, Limits, parse_chat, parse_completion
 from localspec.server.stream import DONE_LINE, Shapes, add_segment, sse, trim_tokens
@@ -280,17 +281,25 @@ def _error_for(e: BaseException, req: GenRequest) -> ApiError:
     return ApiError(500, f"engine failure: {type(e).__name__}: {e}", type="server_error", code="engine_error")
 
 
+def _scores(req: GenRequest) -> Scores:
+    return Scores(req.prompt, req.kind == "chat", req.logprobs, req.echo, req.cfg.prompt_logprobs is not None)
+
+
 async def _collect(job: Job, request: Request, shapes: Shapes, metrics: Metrics) -> Response:
     segments: list[dict] = []
+    scores = _scores(shapes.req)
     while True:
         item = await _next(job, request)
+        if scores.consume(item):
+            continue
         if item[0] == "text":
             add_segment(segments, item[2], item[1], item[3], *item[4:])
             continue
         metrics.record(job.id, item)
         if item[0] == "done":
             trim_tokens(segments, item[1].stats.n_tokens)  # provenance counts what usage counts
-            return JSONResponse(shapes.response(item[1], job.queue_seconds, segments, item[2]))
+            return JSONResponse(shapes.response(item[1], job.queue_seconds, segments, item[2], scores.whole(),
+                                                scores.prefix))
         return _failed(item, shapes.req)
 
 
@@ -300,25 +309,33 @@ async def _sse(job: Job, shapes: Shapes, metrics: Metrics) -> AsyncIterator[str]
     if first is not None:
         yield sse(first)
     segments: list[dict] = []  # tokens whose text is still held back wait for the next chunk
+    scores = _scores(shapes.req)
     while True:
+        echo = scores.echo_now()  # a completion's echoed prompt: the first text, once it is known
+        if echo is not None:
+            yield sse(shapes.text_chunk(echo, scores.take()))
         items = [await job.items.get()]
         while not job.items.empty():
             items.append(job.items.get_nowait())
         end: tuple | None = None
         for item in items:
-            if item[0] == "text":
+            if scores.consume(item):
+                echo = scores.echo_now()
+                if echo is not None:
+                    yield sse(shapes.text_chunk(echo, scores.take()))
+            elif item[0] == "text":
                 add_segment(segments, item[2], item[1], item[3], *item[4:])
             else:
                 end = item
                 break
         if any(s["text"] for s in segments):
-            yield sse(shapes.delta(segments))
+            yield sse(shapes.delta(segments, scores.take()))
             segments = []
         if end is None:
             continue
         metrics.record(job.id, end)
         if end[0] == "done":
-            for chunk in shapes.final(end[1], job.queue_seconds):
+            for chunk in shapes.final(end[1], job.queue_seconds, scores.take()):
                 yield sse(chunk)
         elif end[0] == "error":  # after the 200 went out: report in-stream, as llama-server does
             yield sse(_error_for(end[1], shapes.req).body())

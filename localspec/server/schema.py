@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from localspec.config import METHODS, MIN_TEMP, SPECULATIVE, GenConfig
+from localspec.server import logprobs as lp
 from localspec.server.bounds import check_chat_bytes, check_message_count, check_prompt
 from localspec.server.errors import ApiError, invalid, wrong_type
 from localspec.server.fields import (
@@ -42,8 +43,8 @@ _COMMON = frozenset({
     "temperature", "top_p", "top_k", "min_p", "seed", "stop", "speculative", "localspec", *_FLAT_SPEC,
     *STRUCTURED,
 })
-CHAT_FIELDS = _COMMON | {"messages", "chat_template_kwargs"} | REASONING_FIELDS
-COMPLETION_FIELDS = _COMMON | {"prompt"}
+CHAT_FIELDS = _COMMON | {"messages", "chat_template_kwargs"} | REASONING_FIELDS | lp.CHAT_FIELDS
+COMPLETION_FIELDS = _COMMON | {"prompt"} | lp.COMPLETION_FIELDS
 
 
 @dataclass
@@ -76,6 +77,8 @@ class GenRequest:
     ignored: list[str] = field(default_factory=list)  # accepted fields that had no effect
     reasoning_format: str = "none"  # chat: "auto" / "deepseek" split reasoning_content out
     reasoning_budget: int | None = None  # chat: thinking tokens before the close is forced
+    logprobs: int | None = None  # alternatives per token in `logprobs` (None: not asked; server/logprobs.py)
+    echo: bool = False  # completions: the prompt's text (and log-probabilities) before the answer
 
 
 def parse_chat(body: object, limits: Limits) -> GenRequest:
@@ -91,10 +94,11 @@ def parse_chat(body: object, limits: Limits) -> GenRequest:
     check_template_kwargs(tk)
     if limits.template_kwargs:  # the server's --reasoning, overridden by the request's own
         tk = {**limits.template_kwargs, **(tk or {})}
-    req = GenRequest("chat", messages, _gen_config(body, limits, ignored), prefill=prefill,
+    asked = lp.parse_chat(body)
+    req = GenRequest("chat", messages, _gen_config(body, limits, ignored, asked), prefill=prefill,
                      template_kwargs=tk, ignored=ignored,
                      reasoning_format=reasoning_format(body, limits.reasoning_format),
-                     reasoning_budget=reasoning_budget(body, limits.reasoning_budget))
+                     reasoning_budget=reasoning_budget(body, limits.reasoning_budget), logprobs=asked.top)
     _response_options(body, req, limits.lenient)
     return req
 
@@ -107,7 +111,11 @@ def parse_completion(body: object, limits: Limits) -> GenRequest:
         raise ApiError(400, "Missing required parameter: 'prompt'.", param="prompt", code="missing_required_parameter")
     prompt = parse_prompt(body["prompt"], limits.n_vocab)
     check_prompt(prompt, limits.n_ctx)
-    req = GenRequest("completion", prompt, _gen_config(body, limits, ignored), ignored=ignored)
+    asked = lp.parse_completion(body)
+    cfg = _gen_config(body, limits, ignored, asked)
+    if asked.echo and (asked.top is not None or not isinstance(prompt, str) or cfg.n_predict == 0):
+        cfg.prompt_logprobs = asked.top or 0  # token ids' text and max_tokens 0 need the prompt pass
+    req = GenRequest("completion", prompt, cfg, ignored=ignored, logprobs=asked.top, echo=asked.echo)
     _response_options(body, req, limits.lenient)
     return req
 
@@ -134,22 +142,22 @@ def _response_options(body: Mapping[str, object], req: GenRequest, lenient: bool
         req.provenance = get_bool(ls, "provenance", False, "localspec.provenance")
 
 
-def _n_predict(body: Mapping[str, object], limits: Limits) -> int | None:
+def _n_predict(body: Mapping[str, object], limits: Limits, lo: int = 1) -> int | None:
     given = {k: get_int(body, k) for k in ("max_completion_tokens", "max_tokens", "n_predict")}
     given = {k: v for k, v in given.items() if v is not None}
     if given.get("n_predict") == -1:  # llama-server: until end-of-turn or a full context
         given["n_predict"] = limits.n_ctx
     for k, v in given.items():
-        at_least(k, v, 1)
+        at_least(k, v, lo)
     if len(set(given.values())) > 1:
         names = " and ".join(f"'{k}'" for k in given)
         raise invalid(next(iter(given)), f"{names} disagree: give one of them")
     return next(iter(given.values()), None)
 
 
-def _gen_config(body: Mapping[str, object], limits: Limits, ignored: list[str]) -> GenConfig:
+def _gen_config(body: Mapping[str, object], limits: Limits, ignored: list[str], asked: lp.Asked) -> GenConfig:
     cfg = copy.deepcopy(limits.cfg)
-    n = _n_predict(body, limits)
+    n = _n_predict(body, limits, 0 if asked.echo else 1)  # echo + max_tokens 0: the prompt's scores alone
     if n is not None:
         cfg.n_predict = n
     s = cfg.sampling
@@ -176,6 +184,8 @@ def _gen_config(body: Mapping[str, object], limits: Limits, ignored: list[str]) 
     cfg.constraint = constraint_of(body) or cfg.constraint
     _speculative(body, cfg, limits.lenient, ignored)
     _fits(body, cfg, limits)
+    cfg.logprobs = asked.top
+    lp.check_method(cfg)
     return cfg
 
 

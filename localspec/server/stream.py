@@ -166,16 +166,17 @@ class Shapes:
 
     # ------------------------------------------------------------------ whole responses
     def response(self, done: Done, queue_seconds: float, segments: list[dict],
-                 split: tuple[str, str] | None = None) -> dict:
-        """The whole answer; `split` = (reasoning, answer) of a thinking model's chat answer."""
+                 split: tuple[str, str] | None = None, logprobs: dict | None = None, echo: str = "") -> dict:
+        """The whole answer; `split` = (reasoning, answer) of a thinking model's chat answer;
+        `logprobs` and `echo` (the prompt's text before a completion) from server/logprobs.py."""
         finish = FINISH.get(done.reason, "stop")
         if self._chat:
             message = {"role": "assistant", "content": done.text if split is None else split[1], "refusal": None}
             if split is not None and split[0]:
                 message["reasoning_content"] = split[0]
-            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+            choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
         else:
-            choice = {"index": 0, "text": done.text, "logprobs": None, "finish_reason": finish}
+            choice = {"index": 0, "text": echo + done.text, "logprobs": logprobs, "finish_reason": finish}
         body = self._head(chunk=False)
         body["choices"] = [choice]
         body["usage"] = usage(done.stats)
@@ -190,30 +191,36 @@ class Shapes:
             body["usage"] = None
         return body
 
-    def _choice(self, text: str | None, finish: str | None, role: bool = False, reasoning: str = "") -> dict:
+    def _choice(self, text: str | None, finish: str | None, role: bool = False, reasoning: str = "",
+                logprobs: dict | None = None) -> dict:
         if self._chat:
             delta: dict = {"role": "assistant", "content": ""} if role else ({} if text is None else {"content": text})
             if reasoning:  # llama-server sends only the fields that grew
                 delta["reasoning_content"] = reasoning
                 if not text:
                     delta.pop("content", None)
-            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        return {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
 
     def first(self) -> dict | None:
         """Chat streams open with the assistant role (as OpenAI's do); completions do not."""
         return self._chunk(self._choice(None, None, role=True)) if self._chat else None
 
-    def delta(self, segments: list[dict]) -> dict:
+    def delta(self, segments: list[dict], logprobs: dict | None = None) -> dict:
         text, reasoning = _texts(segments)
-        body = self._chunk(self._choice(text, None, reasoning=reasoning))
+        body = self._chunk(self._choice(text, None, reasoning=reasoning, logprobs=logprobs))
         if self.req.provenance:
             body["localspec"] = {"provenance": segments}
         return body
 
-    def final(self, done: Done, queue_seconds: float) -> list[dict]:
-        """The finish_reason chunk, then the usage chunk if asked; the last carries the extras."""
-        chunks = [self._chunk(self._choice(None, FINISH.get(done.reason, "stop")))]
+    def text_chunk(self, text: str, logprobs: dict | None) -> dict:
+        """A chunk of text that no decoding event wrote: a completion's echoed prompt."""
+        return self._chunk(self._choice(text, None, logprobs=logprobs))
+
+    def final(self, done: Done, queue_seconds: float, logprobs: dict | None = None) -> list[dict]:
+        """The finish_reason chunk (with the log-probabilities of tokens that added no text),
+        then the usage chunk if asked; the last carries the extras."""
+        chunks = [self._chunk(self._choice(None, FINISH.get(done.reason, "stop"), logprobs=logprobs))]
         if self.req.include_usage:
             last = self._chunk(None)
             last["usage"] = usage(done.stats)

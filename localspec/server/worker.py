@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localspec.errors import LocalspecError
-from localspec.events import Accepted, Done, Written
+from localspec.events import Accepted, Done, PromptLogprobs, Written
 from localspec.server.schema import GenRequest
 from localspec.server.thinking import splits, start
 from localspec.session import Session
@@ -57,7 +57,9 @@ class Job:
 
     Items put on `items` (in order): ("start",) once the prompt is evaluated, then
     ("text", text, kind, n_tokens[, segment, proposer]) pieces, then ("done", Done); or a single
-    ("error", exception) when generation could not start or failed.
+    ("error", exception) when generation could not start or failed. When asked, the
+    log-probabilities come too: ("prompt_logprobs", entries) first, ("logprobs", entries)
+    just before the text of the tokens they score.
     """
 
     req: GenRequest
@@ -287,6 +289,10 @@ class Worker:
             for ev in events:
                 if job.cancelled.is_set():
                     session.stop()  # also covers a cancel that raced generate()'s start
+                if isinstance(ev, Accepted | Written) and ev.logprobs:  # before their text: a chunk
+                    job.send(("logprobs", ev.logprobs))  # carries its tokens' (server/logprobs.py)
+                elif isinstance(ev, PromptLogprobs):
+                    job.send(("prompt_logprobs", ev.entries))
                 if split:  # (segment, text) pieces of a thinking model: reasoning_content apart
                     for p in events.take():
                         job.send(("text", p.text, p.kind, p.tokens, p.segment))
