@@ -31,6 +31,7 @@ from localspec.decode.emitter import Emitter
 from localspec.decode.plan import Loop, fit_memory, pick_loop, plan_turn
 from localspec.decode.state import KVState
 from localspec.decode.think_gate import think_gate
+from localspec.decode.tool_gate import tool_gate
 from localspec.decode.turn import Turn
 from localspec.errors import ConfigError
 from localspec.events import Done, Event, Stats
@@ -329,7 +330,8 @@ class RuntimeSession:
         """The turn's grammar state: a fresh matcher (the answer is constrained, not the
         prompt) of the session's compiled grammar for this spec (compiled once per spec; the
         model's llguidance tokenizer once per process: backend/grammar.py), behind a thinking
-        model's reasoning block (decode/think_gate.py)."""
+        model's reasoning block (decode/think_gate.py); a tool call's grammar behind its
+        trigger (decode/tool_gate.py)."""
         spec = cfg.constraint
         if spec is None:
             return None
@@ -342,7 +344,11 @@ class RuntimeSession:
             compiled = Constraint(spec, ll_tokenizer(tm), tm.n_vocab, eog_ids(tm))
             self._constraints[spec] = compiled
         n = self.target_model.n_vocab
-        matcher = think_gate(compiled.matcher(), self.think_markers, prompt_text, n)  # type: ignore[attr-defined]
+        matcher = compiled.matcher()
+        if spec.trigger:  # a tool call: the grammar from its opening marker on (decode/tool_gate.py)
+            ids = self.target_model.tokenize(spec.trigger, add_special=False, parse_special=True)
+            matcher = tool_gate(matcher, tuple(ids), spec.lazy, n)
+        matcher = think_gate(matcher, self.think_markers, prompt_text, n)  # type: ignore[attr-defined]
         return TurnConstraint(matcher, n, spec.kind)  # type: ignore[attr-defined]
 
     def _suffix_store(self, cfg: GenConfig, tokens: list[int]) -> SuffixStore | SlotSuffix | None:

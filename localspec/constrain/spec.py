@@ -42,11 +42,17 @@ class ConstraintSpec:
     "json_schema" (the schema as JSON text) or "json_object" (any JSON object; text "").
     origin: who gave it, for messages (a flag such as "--grammar", or a request field);
     optional, the kind is named either way.
+    trigger: text whose tokens must be written before the grammar applies (a tool call's
+    opening marker, `<tool_call>`; decode/tool_gate.py); "" = the grammar from the first
+    token. lazy: the text before the trigger is free and the trigger optional (tool_choice
+    auto); otherwise the answer must start with the trigger (required, a named function).
     """
 
     kind: str
     text: str = ""
     origin: str = ""
+    trigger: str = ""
+    lazy: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -1,0 +1,166 @@
+"""Tool-call parsing per format, on recorded model outputs (malformed ones included), the
+format's detection from renders, the streamed content split, and the call grammar's compile.
+Pure: no model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from localspec.constrain import ConstraintSpec
+from localspec.toolcall import FORMATS, call_grammar, detect, parse_calls
+from localspec.toolcall.formats import content_end
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                   "required": ["city"]}}}
+READ = {"type": "function", "function": {"name": "read_file", "parameters": {
+    "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}
+TOOLS = [WEATHER, READ]
+
+
+def args(call) -> dict:
+    return json.loads(call.arguments)
+
+
+# recorded from Qwen2.5-Coder-0.5B-Instruct (greedy, the server's template)
+QWEN_REQUIRED = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}'
+QWEN_AUTO_FENCED = '```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris"\n  }\n}\n```'
+
+
+def test_hermes_calls_content_and_ids():
+    fmt = FORMATS["hermes"]
+    text = ('Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "read_file", "arguments": "{\\"path\\": \\"a.py\\"}"}\n</tool_call>')
+    p = parse_calls(text, fmt, TOOLS)
+    assert p.content == "Let me look."
+    assert [c.name for c in p.calls] == ["get_weather", "read_file"]
+    assert args(p.calls[0]) == {"city": "Paris"} and args(p.calls[1]) == {"path": "a.py"}  # string arguments decoded
+    assert all(c.id.startswith("call_") and len(c.id) == 29 for c in p.calls)
+    assert p.calls[0].id != p.calls[1].id
+    one = parse_calls(text, fmt, TOOLS, parallel=False)
+    assert [c.name for c in one.calls] == ["get_weather"]
+    assert p.calls[0].to_openai(0) == {"index": 0, "id": p.calls[0].id, "type": "function",
+                                       "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+
+
+def test_hermes_recorded_small_model_outputs():
+    fmt = FORMATS["hermes"]
+    p = parse_calls(QWEN_REQUIRED, fmt, TOOLS)  # the block left unclosed: the model ended after the JSON
+    assert p.content is None and args(p.calls[0]) == {"city": "Paris", "unit": "c"}
+    p = parse_calls(QWEN_AUTO_FENCED, fmt, TOOLS)  # a fenced block instead of the tag
+    assert p.content is None and p.calls[0].name == "get_weather" and args(p.calls[0]) == {"city": "Paris"}
+
+
+@pytest.mark.parametrize("text", [
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par',  # cut by max_tokens
+    '<tool_call>\n{"name": "launch_rockets", "arguments": {}}\n</tool_call>',  # not a declared tool
+    '<tool_call>\n{"name": "get_weather", "arguments": [1, 2]}\n</tool_call>',  # arguments not an object
+    '<tool_call>\nget_weather(city="Paris")\n</tool_call>',  # not JSON
+    '{"name": "get_weather"',  # a bare call cut short
+    'Use {"name": "x"} as the key.',  # JSON-ish prose
+])
+def test_malformed_hermes_calls_stay_text(text):
+    p = parse_calls(text, FORMATS["hermes"], TOOLS)
+    assert p.calls == [] and p.content == text.strip()
+
+
+def test_qwen3_coder_xml_values_typed_by_the_schema():
+    fmt = FORMATS["qwen3_coder"]
+    text = ("I'll check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n"
+            "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n"
+            "<tool_call>\n<function=read_file>\n<parameter=path>\nsrc/<a>.py\n</parameter>\n</function>\n</tool_call>")
+    p = parse_calls(text, fmt, TOOLS)
+    assert p.content == "I'll check."
+    assert args(p.calls[0]) == {"city": "New York", "days": 3}  # an integer by the schema
+    assert args(p.calls[1]) == {"path": "src/<a>.py"}  # a string stays text, markup and all
+    # Qwen3-Coder may drop the opening <tool_call> (llama.cpp's tool-call-first rule)
+    p = parse_calls("<function=read_file>\n<parameter=path>\nx\n</parameter>\n</function>\n</tool_call>", fmt, TOOLS)
+    assert p.calls[0].name == "read_file" and p.content is None
+    bad = "<tool_call>\n<function=rm_rf>\n<parameter=path>\n/\n</parameter>\n</function>\n</tool_call>"
+    assert parse_calls(bad, fmt, TOOLS).calls == []
+
+
+def test_llama3_bare_json_and_python_tag():
+    fmt = FORMATS["llama3"]
+    p = parse_calls('{"name": "get_weather", "parameters": {"city": "Oslo"}}', fmt, TOOLS)
+    assert p.content is None and args(p.calls[0]) == {"city": "Oslo"}
+    p = parse_calls('<|python_tag|>{"name": "read_file", "parameters": {"path": "a"}}; '
+                    '{"name": "get_weather", "parameters": {"city": "Rome"}}', fmt, TOOLS)
+    assert [c.name for c in p.calls] == ["read_file", "get_weather"]
+    p = parse_calls('{"type": "function", "name": "get_weather", "parameters": {"city": "Oslo"}}', fmt, TOOLS)
+    assert p.calls[0].name == "get_weather"
+    text = "The weather is sunny."
+    assert parse_calls(text, fmt, TOOLS).content == text
+    assert parse_calls('{"name": "get_weather", "parameters": {"city": "Oslo"}} and more', fmt, TOOLS).calls == []
+
+
+def test_mistral_array_and_v11_forms():
+    p = parse_calls('Sure. [TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Lyon"}, "id": "abc123xyz"}, '
+                    '{"name": "read_file", "arguments": {"path": "b"}}]', FORMATS["mistral"], TOOLS)
+    assert p.content == "Sure." and [c.name for c in p.calls] == ["get_weather", "read_file"]
+    assert all(len(c.id) == 9 and c.id.isalnum() for c in p.calls)  # Mistral's templates insist on 9
+    p = parse_calls('[TOOL_CALLS]get_weather[ARGS]{"city": "Nice"}[TOOL_CALLS]read_file[ARGS]{"path": "c"}',
+                    FORMATS["mistral_v11"], TOOLS)
+    assert [args(c) for c in p.calls] == [{"city": "Nice"}, {"path": "c"}] and p.content is None
+    broken = '[TOOL_CALLS]get_weather[ARGS]{"city": '
+    assert parse_calls(broken, FORMATS["mistral_v11"], TOOLS).content == broken.strip()
+    assert parse_calls("[TOOL_CALLS] [oops", FORMATS["mistral"], TOOLS).calls == []
+
+
+@pytest.mark.parametrize("fmt, text, end", [
+    ("hermes", "Hello there", 11),
+    ("hermes", "Hello <tool_call>\n{", 6),
+    ("hermes", "Hello <tool_", 6),  # may become the marker: held
+    ("hermes", "Hello <b>", 9),
+    ("hermes", '  {"name"', 0),  # may be an untagged call: held whole
+    ("hermes", "``", 0),
+    ("hermes", "```python\nx", 11),
+    ("qwen3_coder", "ok <function=f>", 3),
+    ("llama3", "<|python", 0),
+    ("llama3", "Sunny", 5),
+    ("mistral", "Sure [TOOL", 5),
+])
+def test_streamed_content_stops_where_a_call_may_start(fmt, text, end):
+    assert content_end(text, FORMATS[fmt]) == end
+
+
+def test_detect_reads_the_format_off_renders():
+    def hermes(messages, tools):
+        head = "".join(f"<tools>{json.dumps(t)}</tools>" for t in tools or [])
+        calls = "".join(f"<tool_call>{json.dumps(c['function'])}</tool_call>"
+                        for m in messages for c in m.get("tool_calls", []))
+        return head + "".join(m["content"] for m in messages) + calls
+
+    assert detect(hermes).name == "hermes"
+    assert detect(lambda m, t: "".join(x["content"] for x in m)) is None  # tools never rendered
+
+    def coder(messages, tools):
+        out = hermes(messages, tools)
+        return out.replace("<tool_call>{", "<tool_call><function=localspec_probe><parameter=probe_arg>{")
+
+    assert detect(coder).name == "qwen3_coder"
+
+    def mistral(messages, tools):
+        if any(m.get("tool_calls") for m in messages):
+            return "[AVAILABLE_TOOLS]x[/AVAILABLE_TOOLS][TOOL_CALLS]localspec_probe[ARGS]{}"
+        return "[AVAILABLE_TOOLS]localspec_probe[/AVAILABLE_TOOLS]" if tools else "plain"
+
+    assert detect(mistral).name == "mistral_v11"
+
+    def refuses_history(messages, tools):
+        if len(messages) > 1:
+            raise ValueError("no tool history")
+        return "<|start_header_id|>" + (json.dumps(tools) if tools else "")
+
+    assert detect(refuses_history).name == "llama3"
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "llama3", "mistral"])
+def test_the_call_grammar_compiles_and_names_every_tool(fmt):
+    text = call_grammar(FORMATS[fmt], TOOLS)
+    ConstraintSpec("lark", text).grammar()  # raises on a broken grammar
+    assert '\\"get_weather\\"' in text and '\\"read_file\\"' in text
+    assert f'\\"{FORMATS[fmt].args_key}\\": ' in text
