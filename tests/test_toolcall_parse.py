@@ -164,3 +164,81 @@ def test_the_call_grammar_compiles_and_names_every_tool(fmt):
     ConstraintSpec("lark", text).grammar()  # raises on a broken grammar
     assert '\\"get_weather\\"' in text and '\\"read_file\\"' in text
     assert f'\\"{FORMATS[fmt].args_key}\\": ' in text
+
+
+# ---------------------------------------------------------------------------- the server's split
+def _req(fmt: str = "hermes", parallel: bool = True, legacy: bool = False):
+    from localspec.config import GenConfig
+    from localspec.server.schema import GenRequest
+    from localspec.server.tools import ToolRequest
+
+    return GenRequest("chat", [{"role": "user", "content": "x"}], GenConfig(), stream=True,
+                      tools=ToolRequest(TOOLS, "auto", None, parallel, legacy), tool_format=FORMATS[fmt])
+
+
+def _stream(req, pieces: list[str]) -> tuple[str, list[dict], str | None]:
+    """Feed pieces through ToolStream the way app._sse does: (content, tool_call deltas, finish)."""
+    from localspec.server.stream import Shapes
+    from localspec.server.tool_output import ToolStream
+
+    shapes = Shapes(req, "m")
+    ts = ToolStream(req)
+    chunks = []
+    for p in pieces:
+        chunks += ts.delta(shapes, [{"kind": "target", "text": p, "tokens": 1}])
+    final = shapes._chunk(shapes._choice(None, "stop"))
+    chunks += ts.final(shapes, [final])
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    deltas = [tc for c in chunks for tc in c["choices"][0]["delta"].get("tool_calls") or []]
+    return content, deltas, chunks[-1]["choices"][0]["finish_reason"]
+
+
+def _accumulate(deltas: list[dict]) -> dict[int, dict]:
+    calls: dict[int, dict] = {}
+    for d in deltas:
+        c = calls.setdefault(d["index"], {"id": None, "name": "", "arguments": ""})
+        c["id"] = d.get("id") or c["id"]
+        c["name"] += d.get("function", {}).get("name") or ""
+        c["arguments"] += d.get("function", {}).get("arguments") or ""
+    return calls
+
+
+def test_streamed_calls_go_out_as_deltas_once_closed():
+    text = ('Checking <b>now</b>.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "read_file", "arguments": {"path": "a"}}\n</tool_call>')
+    pieces = [text[i : i + 5] for i in range(0, len(text), 5)]  # markers split across pieces
+    content, deltas, finish = _stream(_req(), pieces)
+    assert content == "Checking <b>now</b>.\n" and finish == "tool_calls"
+    calls = _accumulate(deltas)
+    assert [calls[i]["name"] for i in (0, 1)] == ["get_weather", "read_file"]
+    assert json.loads(calls[0]["arguments"]) == {"city": "Paris"} and calls[0]["id"].startswith("call_")
+    assert deltas[0]["function"]["arguments"] == "" and "id" in deltas[0] and "id" not in deltas[1]
+    _, deltas, _ = _stream(_req(parallel=False), pieces)
+    assert list(_accumulate(deltas)) == [0]
+    # a small model's fenced call is held whole, then goes out as the call (as non-streamed)
+    content, deltas, finish = _stream(_req(), [QWEN_AUTO_FENCED[:4], QWEN_AUTO_FENCED[4:]])
+    assert content == "" and finish == "tool_calls" and _accumulate(deltas)[0]["name"] == "get_weather"
+
+
+def test_a_malformed_streamed_call_comes_out_as_text():
+    text = 'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": '
+    content, deltas, finish = _stream(_req(), [text[:9], text[9:30], text[30:]])
+    assert content == text and deltas == [] and finish == "stop"
+    content, deltas, finish = _stream(_req(), ["<tool", "s are fun"])  # a possible marker that was not
+    assert content == "<tools are fun" and finish == "stop"
+
+
+def test_the_non_streamed_answer_is_rewritten():
+    from localspec.server.tool_output import apply
+
+    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": QWEN_AUTO_FENCED},
+                         "finish_reason": "stop"}]}
+    apply(body, _req())
+    ch = body["choices"][0]
+    assert ch["finish_reason"] == "tool_calls" and ch["message"]["content"] is None
+    assert ch["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    legacy = {"choices": [{"index": 0, "message": {"role": "assistant", "content": QWEN_REQUIRED},
+                           "finish_reason": "stop"}]}
+    apply(legacy, _req(legacy=True))
+    assert legacy["choices"][0]["finish_reason"] == "function_call"
+    assert legacy["choices"][0]["message"]["function_call"]["name"] == "get_weather"

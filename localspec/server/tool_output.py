@@ -8,8 +8,9 @@ requests: `message.function_call`, "function_call").
 Streamed (`ToolStream`): text goes out as `delta.content` until a call's opening marker
 (or a tail that may become one) appears; from there the answer is held, and each call goes
 out as soon as its closing marker is written, as OpenAI's deltas: one chunk with the call's
-`index`, `id`, `type` and `function.name` (arguments ""), then one with its
-`function.arguments`. What is held and is not a call (a malformed one) goes out as content
+`index`, `id`, `type` and `function.name` (arguments ""), then one with its whole
+`function.arguments` (not piece by piece as they are generated: the call is complete, and
+schema-checked by its grammar, before any of it goes out). What is held and is not a call (a malformed one) goes out as content
 at the end: the stream and the non-streamed answer say the same thing.
 """
 
@@ -70,7 +71,7 @@ class ToolStream:
                 d.pop("content")
         if d:
             out.append(chunk)
-        return out + [self._call_chunk(shapes, c) for c in calls]
+        return out + [ch for c in calls for ch in self._call_chunks(shapes, c)]
 
     def final(self, shapes: Shapes, chunks: list[dict]) -> list[dict]:
         """What is still held, then the finish chunks (finish_reason "tool_calls" when calls went out)."""
@@ -78,7 +79,7 @@ class ToolStream:
         out = []
         if content:
             out.append(self._bare(shapes, {"content": content}))
-        out += [self._call_chunk(shapes, c) for c in calls]
+        out += [ch for c in calls for ch in self._call_chunks(shapes, c)]
         if self.sent:
             legacy = self.req.tools is not None and self.req.tools.legacy
             for ch in chunks:
@@ -93,13 +94,16 @@ class ToolStream:
         chunk["choices"][0]["delta"] = delta
         return chunk
 
-    def _call_chunk(self, shapes: Shapes, call: tuple[int, Call]) -> dict:
+    def _call_chunks(self, shapes: Shapes, call: tuple[int, Call]) -> list[dict]:
+        """OpenAI's deltas for one call: its head (index, id, type, name, arguments ""),
+        then its arguments (clients concatenate the pieces)."""
         index, c = call
         if self.req.tools is not None and self.req.tools.legacy:
-            return self._bare(shapes, {"function_call": {"name": c.name, "arguments": c.arguments}})
-        # one chunk carries the head and the whole arguments: clients concatenate the pieces
-        return self._bare(shapes, {"tool_calls": [{"index": index, "id": c.id, "type": "function",
-                                                   "function": {"name": c.name, "arguments": c.arguments}}]})
+            return [self._bare(shapes, {"function_call": {"name": c.name, "arguments": ""}}),
+                    self._bare(shapes, {"function_call": {"arguments": c.arguments}})]
+        head = {"index": index, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}}
+        return [self._bare(shapes, {"tool_calls": [head]}),
+                self._bare(shapes, {"tool_calls": [{"index": index, "function": {"arguments": c.arguments}}]})]
 
     # ------------------------------------------------------------------ text
     def _feed(self, piece: str) -> tuple[str, list[tuple[int, Call]]]:
