@@ -242,3 +242,73 @@ def test_the_non_streamed_answer_is_rewritten():
     apply(legacy, _req(legacy=True))
     assert legacy["choices"][0]["finish_reason"] == "function_call"
     assert legacy["choices"][0]["message"]["function_call"]["name"] == "get_weather"
+
+
+# ---------------------------------------------------------------------------- never a 500
+def test_tool_fields_and_history_fuzzed_are_400_or_accepted():
+    """Random damage to a valid tools request (values swapped for hostile ones, keys
+    dropped) on a tool-capable format: parse_chat answers or raises ApiError, nothing else."""
+    import copy
+    import random
+
+    from localspec.config import GenConfig
+    from localspec.server.errors import ApiError
+    from localspec.server.schema import Limits, parse_chat
+
+    base = {"messages": [{"role": "user", "content": "hi"},
+                         {"role": "assistant", "content": None, "tool_calls": [
+                             {"id": "c1", "type": "function",
+                              "function": {"name": "get_weather", "arguments": '{"city": "x"}'}}]},
+                         {"role": "tool", "tool_call_id": "c1", "content": "21C"}],
+            "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "read_file"}},
+            "parallel_tool_calls": False}
+    evil = [None, 0, -1, 2**64, 1.5, True, "", "x", "required", "none", [], {}, [None], [{}], {"name": 5},
+            {"type": "function"}, {"type": "function", "function": {"name": "get_weather"}}, [{"type": "objekt"}],
+            {"type": "object", "properties": 5}, '{"a": ', "\x00"]
+    limits = Limits(cfg=GenConfig(method="ar"), n_ctx=4096, tool_format=FORMATS["hermes"])
+    rng = random.Random(41)
+    outcomes = {"ok": 0, "400": 0}
+    for _ in range(600):
+        body = copy.deepcopy(base)
+        for _ in range(rng.randint(1, 3)):
+            places = []
+
+            def walk(o):
+                if isinstance(o, dict):
+                    for k, v in o.items():
+                        places.append((o, k))
+                        walk(v)
+                elif isinstance(o, list):
+                    for i, v in enumerate(o):
+                        places.append((o, i))
+                        walk(v)
+
+            walk(body)
+            container, key = rng.choice(places)
+            if rng.random() < 0.2 and isinstance(container, dict):
+                del container[key]
+            else:
+                container[key] = copy.deepcopy(rng.choice(evil))
+        try:
+            parse_chat(body, limits)
+            outcomes["ok"] += 1
+        except ApiError as e:
+            assert e.status == 400 and e.param
+            outcomes["400"] += 1
+    assert outcomes["ok"] > 20 and outcomes["400"] > 200
+
+
+def test_parsing_never_raises_on_cut_or_garbled_answers():
+    import random
+
+    rng = random.Random(5)
+    samples = [QWEN_REQUIRED, QWEN_AUTO_FENCED, '[TOOL_CALLS]get_weather[ARGS]{"city": "a"}',
+               "<tool_call>\n<function=get_weather>\n<parameter=days>\nthree\n</parameter>\n</function>\n</tool_call>",
+               '<|python_tag|>{"name": "read_file", "parameters": {"path": "p"}}']
+    for _ in range(400):
+        s = rng.choice(samples)
+        cut = s[: rng.randint(0, len(s))] + "".join(rng.choice('{}[]"<>/=\n ,:') for _ in range(rng.randint(0, 4)))
+        for fmt in FORMATS.values():
+            p = parse_calls(cut, fmt, TOOLS)
+            assert p.content is None or isinstance(p.content, str)
+            assert all(isinstance(json.loads(c.arguments), dict) for c in p.calls)
