@@ -245,6 +245,14 @@ def test_the_non_streamed_answer_is_rewritten():
 
 
 # ---------------------------------------------------------------------------- never a 500
+def _places(obj):
+    """Every (container, key) of a JSON tree: where a value can be replaced."""
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for k, v in items:
+        yield obj, k
+        yield from _places(v)
+
+
 def test_tool_fields_and_history_fuzzed_are_400_or_accepted():
     """Random damage to a valid tools request (values swapped for hostile ones, keys
     dropped) on a tool-capable format: parse_chat answers or raises ApiError, nothing else."""
@@ -271,20 +279,7 @@ def test_tool_fields_and_history_fuzzed_are_400_or_accepted():
     for _ in range(600):
         body = copy.deepcopy(base)
         for _ in range(rng.randint(1, 3)):
-            places = []
-
-            def walk(o):
-                if isinstance(o, dict):
-                    for k, v in o.items():
-                        places.append((o, k))
-                        walk(v)
-                elif isinstance(o, list):
-                    for i, v in enumerate(o):
-                        places.append((o, i))
-                        walk(v)
-
-            walk(body)
-            container, key = rng.choice(places)
+            container, key = rng.choice(list(_places(body)))
             if rng.random() < 0.2 and isinstance(container, dict):
                 del container[key]
             else:

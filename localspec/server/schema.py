@@ -92,12 +92,12 @@ def parse_chat(body: object, limits: Limits) -> GenRequest:
         raise ApiError(400, "Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter")
     check_message_count(body["messages"], limits.n_ctx)  # before reading them one by one
     messages, prefill = parse_messages(body["messages"], limits.lenient, ignored)
-    check_chat_bytes(messages, prefill, limits.n_ctx)
+    tools = parse_tools(body, limits.tool_format)
+    check_chat_bytes(messages, prefill, limits.n_ctx, template_tools(tools).get("tools"))
     tk = get_object(body, "chat_template_kwargs")
     check_template_kwargs(tk)
     if limits.template_kwargs:  # the server's --reasoning, overridden by the request's own
         tk = {**limits.template_kwargs, **(tk or {})}
-    tools = parse_tools(body, limits.tool_format)
     if tools is not None and tools.active:
         tk = {**(tk or {}), **template_tools(tools)}
     cfg = _gen_config(body, limits, ignored)
