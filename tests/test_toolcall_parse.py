@@ -176,7 +176,7 @@ def _req(fmt: str = "hermes", parallel: bool = True, legacy: bool = False):
                       tools=ToolRequest(TOOLS, "auto", None, parallel, legacy), tool_format=FORMATS[fmt])
 
 
-def _stream(req, pieces: list[str]) -> tuple[str, list[dict], str | None]:
+def _stream(req, pieces: list[str], finish: str = "stop") -> tuple[str, list[dict], str | None]:
     """Feed pieces through ToolStream the way app._sse does: (content, tool_call deltas, finish)."""
     from localspec.server.stream import Shapes
     from localspec.server.tool_output import ToolStream
@@ -186,7 +186,7 @@ def _stream(req, pieces: list[str]) -> tuple[str, list[dict], str | None]:
     chunks = []
     for p in pieces:
         chunks += ts.delta(shapes, [{"kind": "target", "text": p, "tokens": 1}])
-    final = shapes._chunk(shapes._choice(None, "stop"))
+    final = shapes._chunk(shapes._choice(None, finish))
     chunks += ts.final(shapes, [final])
     content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
     deltas = [tc for c in chunks for tc in c["choices"][0]["delta"].get("tool_calls") or []]
@@ -213,6 +213,8 @@ def test_streamed_calls_go_out_as_deltas_once_closed():
     assert [calls[i]["name"] for i in (0, 1)] == ["get_weather", "read_file"]
     assert json.loads(calls[0]["arguments"]) == {"city": "Paris"} and calls[0]["id"].startswith("call_")
     assert deltas[0]["function"]["arguments"] == "" and "id" in deltas[0] and "id" not in deltas[1]
+    assert len([d for d in deltas if d["index"] == 0]) > 2  # the arguments went out in pieces
+    assert calls[0]["arguments"] == '{"city": "Paris"}'  # the model's own JSON text, pieces concatenated
     _, deltas, _ = _stream(_req(parallel=False), pieces)
     assert list(_accumulate(deltas)) == [0]
     # a small model's fenced call is held whole, then goes out as the call (as non-streamed)
@@ -221,9 +223,14 @@ def test_streamed_calls_go_out_as_deltas_once_closed():
 
 
 def test_a_malformed_streamed_call_comes_out_as_text():
-    text = 'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": '
+    text = 'Sure.\n<tool_call>\n{"name": "launch", "arguments": {"city": "x"}}\n</tool_call>'  # not a declared tool
     content, deltas, finish = _stream(_req(), [text[:9], text[9:30], text[30:]])
     assert content == text and deltas == [] and finish == "stop"
+    # cut by max_tokens inside the arguments: as OpenAI, the head and the arguments so far
+    cut = 'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa'
+    content, deltas, finish = _stream(_req(), [cut[:30], cut[30:]], finish="length")
+    assert content == "Sure.\n" and finish == "length"
+    assert _accumulate(deltas)[0] == {"id": deltas[0]["id"], "name": "get_weather", "arguments": '{"city": "Pa'}
     content, deltas, finish = _stream(_req(), ["<tool", "s are fun"])  # a possible marker that was not
     assert content == "<tools are fun" and finish == "stop"
 
