@@ -39,6 +39,8 @@ from localspec.models.gguf import nextn_layers
 from localspec.session import Message, ProgressFn, Prompt, SessionOptions, ThinkMarkers
 from localspec.stopflag import StopFlag
 
+MAX_GRAMMARS = 32  # compiled grammars a session keeps (_turn_constraint)
+
 
 def _resolve(spec: str, progress: ProgressFn | None) -> str:
     from localspec.models import resolve_model
@@ -125,7 +127,9 @@ class RuntimeSession:
         # request's), kept across turns and resets; made on the first turn that drafts by it
         self.suffix: SuffixStore | None = None
         self.shared_suffix: SharedSuffix | None = None  # a pool's slots: every slot's finished ones
-        self._constraints: dict[object, object] = {}  # ConstraintSpec -> its compiled Constraint
+        # (kind, text) -> its compiled Constraint, the most recent MAX_GRAMMARS: a server meets
+        # a new grammar with every new tools list or schema, and each holds a compiled parser
+        self._constraints: dict[tuple[str, str], object] = {}
 
     @property
     def costs(self) -> CostModel | None:
@@ -338,11 +342,14 @@ class RuntimeSession:
         from localspec.backend.grammar import eog_ids, ll_tokenizer
         from localspec.constrain import Constraint
 
-        compiled = self._constraints.get(spec)
+        key = (spec.kind, spec.text)  # a tool call's trigger / laziness is the gate's, not the grammar's
+        compiled = self._constraints.pop(key, None)
         if compiled is None:
             tm = self.target_model
             compiled = Constraint(spec, ll_tokenizer(tm), tm.n_vocab, eog_ids(tm))
-            self._constraints[spec] = compiled
+            while len(self._constraints) >= MAX_GRAMMARS:
+                del self._constraints[next(iter(self._constraints))]  # the least recently used
+        self._constraints[key] = compiled
         n = self.target_model.n_vocab
         matcher = compiled.matcher()
         if spec.trigger:  # a tool call: the grammar from its opening marker on (decode/tool_gate.py)
