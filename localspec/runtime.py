@@ -352,9 +352,11 @@ class RuntimeSession:
         self._constraints[key] = compiled
         n = self.target_model.n_vocab
         matcher = compiled.matcher()
-        if spec.trigger:  # a tool call: the grammar from its opening marker on (decode/tool_gate.py)
-            ids = self.target_model.tokenize(spec.trigger, add_special=False, parse_special=True)
-            matcher = tool_gate(matcher, tuple(ids), spec.lazy, n)
+        trig = spec.trigger
+        if trig is not None:  # a tool call: the grammar from its opening marker on (decode/tool_gate.py)
+            tm = self.target_model
+            ids = [tuple(tm.tokenize(t, add_special=False, parse_special=True)) if t else () for t in (trig.open, trig.close)]
+            matcher = tool_gate(matcher, ids[0], trig.lazy, n, close=ids[1], eog=eog_ids(tm), parallel=trig.parallel)
         matcher = think_gate(matcher, self.think_markers, prompt_text, n)  # type: ignore[attr-defined]
         return TurnConstraint(matcher, n, spec.kind)  # type: ignore[attr-defined]
 

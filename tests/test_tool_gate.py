@@ -81,7 +81,7 @@ def test_forced_writes_the_marker_first_and_forks_are_independent():
     g = tool_gate(Call(), TRIG, False, V)
     assert g.state == FORCED and g.mask().tolist() == [False] * 6 + [True, False]
     assert g.forced() == [6, 7] and not g.allowed(1)
-    assert g.valid_prefix([6, 7, 1, 2, 5]) == 5 and g.state == FORCED  # checked, not moved
+    assert g.valid_prefix([6, 7, 1, 2, 5]) == 4 and g.state == FORCED  # checked, not moved; no prose after
     assert g.valid_prefix([6, 1]) == 1
     g.consume([6, 7])
     f = g.fork()
@@ -90,12 +90,34 @@ def test_forced_writes_the_marker_first_and_forks_are_independent():
     assert tool_gate(Call(), (), False, V).__class__ is Call  # no marker: the plain grammar
 
 
+def test_strict_calls_end_with_the_closing_marker_then_the_turn():
+    g = tool_gate(Call(), TRIG, False, V, close=(5, 4), eog=(0,))
+    g.consume([6, 7, 1, 2])
+    assert g.allowed(5) and not g.allowed(0) and not g.allowed(4)  # no end before the closing marker
+    g.consume([5])
+    assert g.mask().tolist() == [False] * 4 + [True] + [False] * 3 and g.forced() == [4]
+    g.consume([4])
+    assert g.mask().tolist() == [True] + [False] * 5 + [True, False]  # the end, or another call
+    g.consume([6])
+    assert g.mask().tolist() == [False] * 7 + [True]
+    g.consume([7, 3])
+    assert len(g.calls) == 2 and g.calls[-1].n == 1
+    g.rollback(3)
+    assert len(g.calls) == 1 and g.allowed(0) and g.allowed(6)
+    one = tool_gate(Call(), TRIG, False, V, close=(5,), eog=(0,), parallel=False)
+    one.consume([6, 7, 3, 3, 5])
+    assert one.mask().tolist() == [True] + [False] * 7  # one call: then only the end
+    bare = tool_gate(Call(), TRIG, False, V, eog=(0,))  # no closing marker (Mistral's array)
+    bare.consume([6, 7, 2, 2])
+    assert bare.allowed(0) and bare.allowed(6) and not bare.allowed(5)
+
+
 def gate_allow(lazy: bool):
     """The gate's mask after a context, as a 0/1 row (a fresh gate per context)."""
 
     @functools.cache
     def row(c: tuple[int, ...]) -> np.ndarray:
-        g = ToolGate(Call(), (1,), FREE if lazy else FORCED, V3)
+        g = tool_gate(Call(), (1,), lazy, V3, close=() if lazy else (2,), eog=(0,))
         for t in c:
             if not g.allowed(t):  # a context the gate never lets happen: any row will do
                 return np.ones(V3)

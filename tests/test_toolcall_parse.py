@@ -54,6 +54,16 @@ def test_hermes_recorded_small_model_outputs():
     assert p.content is None and p.calls[0].name == "get_weather" and args(p.calls[0]) == {"city": "Paris"}
 
 
+def test_a_block_holding_several_calls_or_trailing_text():
+    # recorded (required, before the strict close): a second, untagged call, cut by max_tokens
+    text = ('<tool_call>\n{"name": "read_file", "arguments": {"path": "string"}}\n'
+            '{"name": "edit_file", "arguments": {"path": "string",')
+    p = parse_calls(text, FORMATS["hermes"], TOOLS)
+    assert [c.name for c in p.calls] == ["read_file"] and p.content.startswith('{"name": "edit_file"')
+    two = '<tool_call>\n{"name": "read_file", "arguments": {"path": "a"}}\n{"name": "read_file", "arguments": {"path": "b"}}\n</tool_call>'
+    assert [args(c)["path"] for c in parse_calls(two, FORMATS["hermes"], TOOLS).calls] == ["a", "b"]
+
+
 @pytest.mark.parametrize("text", [
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par',  # cut by max_tokens
     '<tool_call>\n{"name": "launch_rockets", "arguments": {}}\n</tool_call>',  # not a declared tool

@@ -14,8 +14,10 @@ verifier stays exact, as ThinkGate's: tests/test_tool_gate.py enumerates it):
   a token it does not take frees the model again (FREE), which closes the tag, ends the turn
   or writes the trigger again for another call (a new copy of the grammar each time);
 - FORCED (`required` or a named function): only the trigger's tokens, one by one, then
-  GRAMMAR: the answer starts with a call. An empty trigger (Llama's bare JSON) starts in
-  GRAMMAR and is the plain grammar: no gate is made (`tool_gate`).
+  GRAMMAR: the answer starts with a call; once it is complete, strictly the closing marker
+  (CLOSING), then the end of the turn or, with parallel calls, another trigger (DONE): no
+  prose after the call, no end before its closing marker. An empty trigger (Llama's bare
+  JSON) is the plain grammar from the first token: no gate is made (`tool_gate`).
 
 Why a gate and not llguidance alone: llguidance's Lark can say "free text, then the marker,
 then the call" (`start: TEXT | TEXT <tool_call> call`), but the free text then runs through
@@ -29,19 +31,20 @@ the drafters, the verifier rows and a thinking model's ThinkGate around it need 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from localspec.decode.constrained import Matcher
 
-FREE, FORCED, GRAMMAR = "free", "forced", "grammar"
+FREE, FORCED, GRAMMAR, CLOSING, DONE = "free", "forced", "grammar", "closing", "done"
 
 
 @dataclass
 class _Step:
     state: str  # the state before the token
-    seen: int  # trigger tokens matched before the token
+    seen: int  # marker tokens matched before the token
     consumed: bool  # the current call's matcher consumed the token
     opened: bool  # the token completed the trigger: a new call's matcher was started
 
@@ -49,7 +52,9 @@ class _Step:
 @dataclass
 class ToolGate:
     """The call's grammar behind its trigger (module docstring). `root` is a pristine
-    matcher at the grammar's start; each call gets a fork of it."""
+    matcher at the grammar's start; each call gets a fork of it. Strict (not lazy): after
+    a call only its closing marker (`close`), then an end-of-generation id (`eog`) or, with
+    `parallel`, the trigger of another call."""
 
     root: Matcher
     trigger: tuple[int, ...]
@@ -58,34 +63,69 @@ class ToolGate:
     seen: int = 0
     calls: list[Matcher] = field(default_factory=list)
     steps: list[_Step] = field(default_factory=list)
+    close: tuple[int, ...] = ()
+    eog: frozenset[int] = frozenset()
+    parallel: bool = True
+    lazy: bool = True
 
     def __post_init__(self) -> None:
         if self.state == GRAMMAR and not self.calls:
             self.calls.append(self.root.fork())
+        if self.state == FORCED:
+            self.lazy = False
 
     # ------------------------------------------------------------------ reading
     def _ends(self) -> bool:
         """The current call may end here (its grammar allows an end-of-generation token)."""
         return _may_end(self.calls[-1])
 
+    def _after(self, token: int) -> bool:
+        """Strict: what may follow a complete call (its closing marker, else the end)."""
+        if self.close:
+            return token == self.close[0]
+        return self._done_allows(token)
+
+    def _done_allows(self, token: int) -> bool:
+        return token in self.eog or (self.parallel and token == self.trigger[0])
+
     def allowed(self, token: int) -> bool:
         if self.state == FREE:
             return True
         if self.state == FORCED:
             return token == self.trigger[self.seen]
+        if self.state == CLOSING:
+            return token == self.close[self.seen]
+        if self.state == DONE:
+            return self._done_allows(token)
         m = self.calls[-1]
-        return m.allowed(token) or self._ends()
+        if self.lazy:
+            return m.allowed(token) or self._ends()
+        return (token not in self.eog and m.allowed(token)) or (self._ends() and self._after(token))
 
     def mask(self) -> np.ndarray:
-        if self.state == FREE:
+        if self.state == FREE or (self.state == GRAMMAR and self.lazy and self._ends()):
             return np.ones(self.n_vocab, dtype=bool)
-        if self.state == FORCED:
+        if self.state in (FORCED, CLOSING, DONE):
             m = np.zeros(self.n_vocab, dtype=bool)
-            m[self.trigger[self.seen]] = True
+            if self.state == DONE:
+                m[list(self.eog)] = True
+                if self.parallel:
+                    m[self.trigger[0]] = True
+            else:
+                m[(self.trigger if self.state == FORCED else self.close)[self.seen]] = True
             return m
-        if self._ends():
-            return np.ones(self.n_vocab, dtype=bool)
-        return self.calls[-1].mask()
+        m = self.calls[-1].mask()
+        if not self.lazy:
+            m = m.copy()
+            m[list(self.eog)] = False
+            if self._ends():
+                if self.close:
+                    m[self.close[0]] = True
+                else:
+                    m[list(self.eog)] = True
+                    if self.parallel:
+                        m[self.trigger[0]] = True
+        return m
 
     def valid_prefix(self, tokens: list[int]) -> int:
         n = 0
@@ -102,6 +142,8 @@ class ToolGate:
     def forced(self, limit: int = 64) -> list[int]:
         if self.state == FORCED:
             return list(self.trigger[self.seen :][:limit])
+        if self.state == CLOSING:
+            return list(self.close[self.seen :][:limit])
         if self.state == GRAMMAR and not self._ends():
             return self.calls[-1].forced(limit)
         return []
@@ -114,18 +156,34 @@ class ToolGate:
             step = _Step(self.state, self.seen, False, False)
             if self.state == GRAMMAR:
                 m = self.calls[-1]
-                if m.allowed(t):
+                if m.allowed(t) and (self.lazy or t not in self.eog):
                     m.consume([t])
                     step.consumed = True
-                else:  # the call is complete and the model goes on: free text again
+                elif self.lazy:  # the call is complete and the model goes on: free text again
                     self.state, self.seen = FREE, _advance(self.trigger, 0, t)
+                elif self.close:  # strict: the closing marker
+                    self.state, self.seen = CLOSING, 1
+                else:
+                    self.state, self.seen = DONE, 0
+                    self._done(t)
+            elif self.state == CLOSING:
+                self.seen += 1
+            elif self.state == DONE:
+                self._done(t)
             else:  # FREE or FORCED: count the trigger
                 self.seen = _advance(self.trigger, self.seen, t)
-            if self.state != GRAMMAR and self.trigger and self.seen == len(self.trigger):
+            if self.state == CLOSING and self.seen == len(self.close):
+                self.state, self.seen = DONE, 0
+            if self.state in (FREE, FORCED) and self.trigger and self.seen == len(self.trigger):
                 self.state, self.seen = GRAMMAR, 0
                 self.calls.append(self.root.fork())
                 step.opened = True
             self.steps.append(step)
+
+    def _done(self, token: int) -> None:
+        """DONE: an end id keeps it; the trigger's first token starts another call."""
+        if token not in self.eog:
+            self.state, self.seen = FORCED, 1
 
     def rollback(self, n: int) -> None:
         for _ in range(n):
@@ -138,7 +196,8 @@ class ToolGate:
 
     def fork(self) -> ToolGate:
         return ToolGate(self.root, self.trigger, self.state, self.n_vocab, self.seen,
-                        [m.fork() for m in self.calls], list(self.steps))
+                        [m.fork() for m in self.calls], list(self.steps), self.close, self.eog,
+                        self.parallel, self.lazy)
 
 
 def _may_end(m: Matcher) -> bool:
@@ -154,9 +213,12 @@ def _advance(seq: tuple[int, ...], seen: int, token: int) -> int:
     return 1 if seq and seq[0] == token else 0
 
 
-def tool_gate(inner: Matcher, trigger: tuple[int, ...], lazy: bool, n_vocab: int) -> Matcher:
+def tool_gate(inner: Matcher, trigger: tuple[int, ...], lazy: bool, n_vocab: int, *, close: tuple[int, ...] = (),
+              eog: Iterable[int] = (), parallel: bool = True) -> Matcher:
     """The turn's matcher for a tool call: lazy (`auto`) starts FREE, otherwise the trigger
-    is FORCED; with no trigger the grammar holds from the first token (the plain matcher)."""
+    is FORCED and the call ends strictly (closing marker, then the end or another call);
+    with no trigger the grammar holds from the first token (the plain matcher)."""
     if not trigger:
         return inner
-    return ToolGate(inner, tuple(trigger), FREE if lazy else FORCED, n_vocab)
+    return ToolGate(inner, tuple(trigger), FREE if lazy else FORCED, n_vocab, close=tuple(close),
+                    eog=frozenset(int(t) for t in eog), parallel=parallel, lazy=lazy)

@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from localspec.constrain.spec import ConstraintSpec
+from localspec.constrain.spec import ConstraintSpec, Trigger
 from localspec.errors import ConfigError
 from localspec.server.errors import ApiError, invalid, wrong_type
 from localspec.toolcall import Format, call_grammar, detect
@@ -112,7 +112,8 @@ def tool_constraint(tr: ToolRequest | None, fmt: Format | None) -> ConstraintSpe
     if lazy and not fmt.trigger:  # bare-JSON formats: no marker to wait for, the answer is free
         return None
     text = call_grammar(fmt, tr.selected(), parallel=tr.parallel)
-    spec = ConstraintSpec("lark", text, origin="tools", trigger=fmt.trigger, lazy=lazy)
+    trigger = Trigger(fmt.trigger, fmt.close, lazy, tr.parallel) if fmt.trigger else None
+    spec = ConstraintSpec("lark", text, origin="tools", trigger=trigger)
     try:
         spec.grammar()
     except ConfigError as e:  # each schema compiled alone already: this is the combination

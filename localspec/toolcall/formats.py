@@ -187,9 +187,9 @@ def _tagged(text: str, fmt: Format, schemas: Mapping[str, Mapping]) -> Parsed:
         end = text.find(fmt.close, m.end())
         body_end, nxt = (len(text), len(text)) if end < 0 else (end, end + len(fmt.close))
         body = text[m.end() : body_end]
-        got = _xml_calls(body, schemas) if fmt.name == "qwen3_coder" else _json_call(body, fmt, schemas)
+        got, rest = (_xml_calls(body, schemas), "") if fmt.name == "qwen3_coder" else _leading_calls(body, schemas)
         if got:
-            kept.append(text[pos : m.start()])
+            kept.append(text[pos : m.start()] + rest)
             calls += got
         else:
             kept.append(text[pos:nxt])
@@ -220,6 +220,28 @@ def _json_call(body: str, fmt: Format, schemas: Mapping[str, Mapping]) -> list[C
         return []
     call = _call_of(obj, schemas)
     return [call] if call else []
+
+
+def _leading_calls(body: str, schemas: Mapping[str, Mapping]) -> tuple[list[Call], str]:
+    """The call objects a tagged block starts with (a small model puts several in one block,
+    or goes on writing after the call), and the text after them."""
+    whole = _json_call(body, FORMATS["hermes"], schemas)
+    if whole:
+        return whole, ""
+    dec = json.JSONDecoder()
+    calls: list[Call] = []
+    i = len(body) - len(body.lstrip())
+    while i < len(body):
+        try:
+            obj, j = dec.raw_decode(body, i)
+        except ValueError:
+            break
+        call = _call_of(obj, schemas)
+        if call is None:
+            break
+        calls.append(call)
+        i = j + len(body[j:]) - len(body[j:].lstrip())
+    return calls, (body[i:] if calls else "")
 
 
 def _call_of(obj: object, schemas: Mapping[str, Mapping]) -> Call | None:
