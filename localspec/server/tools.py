@@ -13,8 +13,9 @@ None when its chat template renders no tools, and then a request that wants a ca
 What tool_choice does: "none" renders no tools and parses nothing (the answer is text);
 "auto" renders them and holds a call to its tool's schema LAZILY, from the moment the
 model writes the call's opening marker (decode/tool_gate.py); "required" and a named
-function make the answer start with a call (the marker forced, then the grammar, a named
-function's alone). parallel_tool_calls=false keeps the first call of the answer.
+function make the answer calls only (the marker forced, the grammar, a named function's
+alone, the closing marker, then the end or another call). parallel_tool_calls=false: one
+call (required: the turn ends after it; auto: the answer's first call is kept).
 Adapters (the Anthropic and Responses routes) build the same OpenAI-shaped body and call
 these three functions; toolcall.parse_calls and server/tool_output.py map the answer back.
 """
