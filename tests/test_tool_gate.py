@@ -149,3 +149,46 @@ def test_the_gate_keeps_every_verifier_exact(lazy, name, K, seed):
         assert all(allow(z[:i])[t] for i, t in enumerate(z))
     # the gate is not the identity: it refuses something somewhere
     assert any(not allow(c).all() for c in [(), (1,), (1, 2), (0, 1)])
+
+
+# ------------------------------------------------------------------------------ on a model
+CALL_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"]}}}]
+CALL_ASK = [{"role": "user", "content": "What is the weather in Paris? Call a tool."}]
+
+
+@pytest.fixture(scope="module")
+def strict_call(smollm2_path, smollm2_q4_0_path):
+    """SmolLM2 (target Q4_1, draft Q4_0) under `required`'s gate, and plain decoding's text."""
+    from localspec.constrain import ConstraintSpec, Trigger
+    from localspec.toolcall import FORMATS, call_grammar
+    from tests.support.helpers import session
+
+    fmt = FORMATS["hermes"]
+    spec = ConstraintSpec("lark", call_grammar(fmt, CALL_TOOLS), trigger=Trigger(fmt.open, fmt.close, lazy=False))
+    s = session(smollm2_path, smollm2_q4_0_path)
+    yield s, spec, _run(s, spec, "ar")
+    s.close()
+
+
+def _run(s, spec, method: str, **kw):
+    from localspec.config import GenConfig, SamplingConfig
+
+    cfg = GenConfig(method=method, n_predict=60, sampling=SamplingConfig(temp=0.0), constraint=spec, **kw)
+    return list(s.generate(CALL_ASK, cfg))[-1]
+
+
+@pytest.mark.parametrize("method,K,spec_type", [("sd", 1, None), ("mdbv", 2, None), ("sd", 1, ("ngram+draft",))])
+def test_every_method_writes_ar_text_under_a_strict_call(strict_call, method, K, spec_type):
+    """The engine's wiring of the gate: `required`'s forced marker, the call's grammar, the
+    closing marker and the end are the same text under speculation as under plain decoding,
+    the call parses, and the forced stretches are drafted by the grammar, never rejected."""
+    from localspec.toolcall import FORMATS, parse_calls
+
+    s, spec, ref = strict_call
+    assert ref.text.startswith("<tool_call>") and ref.text.rstrip().endswith("</tool_call>") and ref.reason == "eog"
+    assert parse_calls(ref.text, FORMATS["hermes"], CALL_TOOLS).calls[0].name == "get_weather"
+    done = _run(s, spec, method, K=K, L=5, spec_type=spec_type)
+    assert done.text == ref.text
+    drafted, kept = done.stats.proposed.get("grammar", (0, 0))
+    assert drafted > 0 and kept == drafted
