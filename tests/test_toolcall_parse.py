@@ -232,6 +232,22 @@ def test_streamed_calls_go_out_as_deltas_once_closed():
     assert content == "" and finish == "tool_calls" and _accumulate(deltas)[0]["name"] == "get_weather"
 
 
+@pytest.mark.parametrize("fmt, text", [
+    ("qwen3_coder", "Ok.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n"
+                    "</tool_call>\n<tool_call>\n<function=read_file>\n<parameter=path>\nx\n</parameter>\n</function>\n"
+                    "</tool_call>"),
+    ("mistral", 'Ok.[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Rome"}}, '
+                '{"name": "read_file", "arguments": {"path": "x"}}]'),
+])
+def test_other_formats_stream_whole_calls(fmt, text):
+    pieces = [text[i : i + 7] for i in range(0, len(text), 7)]
+    content, deltas, finish = _stream(_req(fmt), pieces)
+    calls = _accumulate(deltas)
+    assert content.strip() == "Ok." and finish == "tool_calls"
+    assert [calls[i]["name"] for i in (0, 1)] == ["get_weather", "read_file"]
+    assert json.loads(calls[0]["arguments"]) == {"city": "Rome"} and json.loads(calls[1]["arguments"]) == {"path": "x"}
+
+
 def test_a_malformed_streamed_call_comes_out_as_text():
     text = 'Sure.\n<tool_call>\n{"name": "launch", "arguments": {"city": "x"}}\n</tool_call>'  # not a declared tool
     content, deltas, finish = _stream(_req(), [text[:9], text[9:30], text[30:]])
