@@ -213,7 +213,7 @@ def _accumulate(deltas: list[dict]) -> dict[int, dict]:
     return calls
 
 
-def test_streamed_calls_go_out_as_deltas_once_closed():
+def test_streamed_calls_go_out_as_deltas():
     text = ('Checking <b>now</b>.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
             '<tool_call>\n{"name": "read_file", "arguments": {"path": "a"}}\n</tool_call>')
     pieces = [text[i : i + 5] for i in range(0, len(text), 5)]  # markers split across pieces
