@@ -36,6 +36,9 @@ from localspec.server.logprobs import Scores
 from localspec.server.metrics import CONTENT_TYPE, CountStatuses, Metrics
 from localspec.server.schema import GenRequest, Limits, parse_chat, parse_completion
 from localspec.server.stream import DONE_LINE, Shapes, add_segment, sse, trim_tokens
+from localspec.server.tool_output import ToolStream
+from localspec.server.tool_output import apply as apply_tool_calls
+from localspec.server.tools import detect_format
 from localspec.server.worker import Job, QueueFull, ShuttingDown, Worker
 from localspec.session import Session
 
@@ -81,6 +84,8 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
     limits = config.limits
     if limits.n_vocab is None:  # token-id prompts are checked against both models' vocabulary
         limits = dataclasses.replace(limits, n_vocab=getattr(session, "n_vocab", None))
+    if limits.tool_format is None:  # how the chat template writes tool calls (None: it renders no tools)
+        limits = dataclasses.replace(limits, tool_format=detect_format(session))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -298,8 +303,10 @@ async def _collect(job: Job, request: Request, shapes: Shapes, metrics: Metrics)
         metrics.record(job.id, item)
         if item[0] == "done":
             trim_tokens(segments, item[1].stats.n_tokens)  # provenance counts what usage counts
-            return JSONResponse(shapes.response(item[1], job.queue_seconds, segments, item[2], scores.whole(),
-                                                scores.prefix))
+            body = shapes.response(item[1], job.queue_seconds, segments, item[2], scores.whole(), scores.prefix)
+            if shapes.req.tools is not None:  # the answer's tool calls (server/tool_output.py)
+                apply_tool_calls(body, shapes.req)
+            return JSONResponse(body)
         return _failed(item, shapes.req)
 
 
@@ -310,6 +317,7 @@ async def _sse(job: Job, shapes: Shapes, metrics: Metrics) -> AsyncIterator[str]
         yield sse(first)
     segments: list[dict] = []  # tokens whose text is still held back wait for the next chunk
     scores = _scores(shapes.req)
+    tools = ToolStream(shapes.req) if shapes.req.tools is not None else None
     while True:
         echo = scores.echo_now()  # a completion's echoed prompt: the first text, once it is known
         if echo is not None:
@@ -329,13 +337,16 @@ async def _sse(job: Job, shapes: Shapes, metrics: Metrics) -> AsyncIterator[str]
                 end = item
                 break
         if any(s["text"] for s in segments):
-            yield sse(shapes.delta(segments, scores.take()))
+            lps = scores.take()
+            for chunk in tools.delta(shapes, segments, lps) if tools else [shapes.delta(segments, lps)]:
+                yield sse(chunk)
             segments = []
         if end is None:
             continue
         metrics.record(job.id, end)
         if end[0] == "done":
-            for chunk in shapes.final(end[1], job.queue_seconds, scores.take()):
+            chunks = shapes.final(end[1], job.queue_seconds, scores.take())
+            for chunk in tools.final(shapes, chunks) if tools else chunks:
                 yield sse(chunk)
         elif end[0] == "error":  # after the 200 went out: report in-stream, as llama-server does
             yield sse(_error_for(end[1], shapes.req).body())
