@@ -84,6 +84,12 @@ class Run:
             "steps_exact_arguments": sum(r.exact for r in expect_call),
             "steps_no_call": sum(not r.calls for r in expect_call),
             "command": " ".join(self.command),
+            "steps": [{"session": r.step.session, "index": r.step.index, "expected": r.step.expected_tool,
+                       "calls": [{"name": c.name, "valid": c.valid, "why": c.why, "arguments": c.arguments[:200]}
+                                 for c in r.calls],
+                       "content": r.content[:200], "finish": r.finish, "tokens": r.tokens,
+                       "ttft_s": round(r.ttft, 3), "latency_s": round(r.latency, 3), "error": r.error}
+                      for r in self.results],
         }
 
 
