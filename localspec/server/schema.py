@@ -76,6 +76,7 @@ class GenRequest:
     ignored: list[str] = field(default_factory=list)  # accepted fields that had no effect
     reasoning_format: str = "none"  # chat: "auto" / "deepseek" split reasoning_content out
     reasoning_budget: int | None = None  # chat: thinking tokens before the close is forced
+    echo: dict = field(default_factory=dict)  # the Messages / Responses request's own fields its answer repeats
 
 
 def parse_chat(body: object, limits: Limits) -> GenRequest:
