@@ -31,6 +31,7 @@ from localspec.server.apis_common import (
     ensure_object,
     ensure_str,
     format_of,
+    renamed,
     text_of,
 )
 from localspec.server.errors import ApiError, invalid, unsupported, wrong_type
@@ -48,6 +49,7 @@ FIELDS = frozenset({"model", "max_tokens", "messages", "system", "stop_sequences
 COUNT_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking", "output_config"}) | NO_EFFECT
 
 _TEXT_ONLY = "the models are text-only"
+CHAT_NAMES = {"response_format": "output_config.format", "stop": "stop_sequences"}  # chat field -> ours
 
 
 def parse_anthropic(body: object, limits: Limits) -> GenRequest:
@@ -74,7 +76,10 @@ def count_tokens(session: Session, req: GenRequest) -> int:
 def finish(chat: dict, ignored: list[str], limits: Limits) -> GenRequest:
     """parse_chat on the translated body; streams always end with usage (the translators
     need it for their closing event)."""
-    req = parse_chat(chat, limits)
+    try:
+        req = parse_chat(chat, limits)
+    except ApiError as e:
+        raise renamed(e, CHAT_NAMES) from None
     req.ignored[:0] = ignored
     req.include_usage = True
     return req

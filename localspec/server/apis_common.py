@@ -126,3 +126,16 @@ class StreamEnd:
         if chunk.get("usage"):
             self.usage = chunk["usage"]
         self.extras.update(extras(chunk))
+
+
+def renamed(e: ApiError, names: dict[str, str]) -> ApiError:
+    """An error of the chat route about a field this API calls otherwise (`max_tokens` is the
+    Responses API's `max_output_tokens`), told in the client's own names."""
+    param = e.param or ""
+    for chat_name, own in names.items():
+        if param == chat_name or param.startswith(chat_name + "."):
+            new = own + param[len(chat_name):]
+            e.message = e.message.replace(f"'{param}'", f"'{new}'").replace(f"'{chat_name}'", f"'{own}'")
+            e.param = new
+            break
+    return e

@@ -41,6 +41,7 @@ ECHO = ("instructions", "max_output_tokens", "metadata", "parallel_tool_calls", 
 
 _STATELESS = "localspec serve keeps no responses: send the whole conversation in 'input'"
 _TEXT_ONLY = "the models are text-only"
+CHAT_NAMES = {"max_tokens": "max_output_tokens", "response_format": "text.format"}  # chat field -> ours
 _ROLES = ("user", "assistant", "system", "developer")
 
 
@@ -76,7 +77,10 @@ def parse_responses(body: object, limits: Limits) -> GenRequest:
     _reasoning(body.get("reasoning"), chat, ignored)
     if chat.get("stream"):
         chat["stream_options"] = {"include_usage": True}
-    req = parse_chat(chat, limits)
+    try:
+        req = parse_chat(chat, limits)
+    except ApiError as e:
+        raise ac.renamed(e, CHAT_NAMES) from None
     req.ignored[:0] = ignored
     req.include_usage = True
     req.echo = {k: body.get(k) for k in ECHO}

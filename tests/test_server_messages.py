@@ -1,0 +1,235 @@
+"""`POST /v1/messages` (Anthropic's Messages API) end to end, through the real `anthropic`
+SDK against a uvicorn server on the SmolLM2 pair: whole and streamed answers (the SDK
+accumulates the events block by block, so a wrong event shape or order fails it), system
+prompts, stop sequences, the token limit, count_tokens, the x-api-key header, errors in
+Anthropic's shape, provenance, engine failures, and thinking blocks on a tiny thinking model.
+The SDK no longer takes `temperature` as an argument: clients send it in the body (extra_body).
+"""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import httpx
+import pytest
+
+from localspec.config import GenConfig
+from localspec.server.app import ServerConfig, create_app
+from localspec.server.schema import Limits
+from tests.support.helpers import session
+from tests.test_server import KEY, FlakySession, ServerThread, server_cfg
+from tests.test_thinking import files  # noqa: F401  (the tiny thinking model's fixture)
+
+HAIKU = [{"role": "user", "content": "Write a haiku about the sea."}]
+GREEDY = {"temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def srv(smollm2_path, smollm2_q4_0_path):
+    sess = FlakySession(session(smollm2_path, smollm2_q4_0_path, n_ctx=2048, threads=1))
+    config = ServerConfig(model_id="smollm2", draft="smollm2-q4_0", api_key=KEY,
+                          limits=Limits(cfg=server_cfg(), n_ctx=2048))
+    s = ServerThread(create_app(sess, config))
+    s.session = sess
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def client(srv) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=srv.url, api_key=KEY, max_retries=0, timeout=120)
+
+
+def events(srv, body: dict, headers: dict | None = None) -> list[tuple[str, dict]]:
+    """The raw (event name, data) pairs of a streamed answer."""
+    r = httpx.post(srv.url + "/v1/messages", json={**body, "stream": True}, timeout=120,
+                   headers=headers or {"x-api-key": KEY})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.text
+    out = []
+    for block in r.text.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.split("\n"))
+        data = json.loads(lines["data"])
+        assert data["type"] == lines["event"]
+        out.append((lines["event"], data))
+    return out
+
+
+def anthropic_error(r: httpx.Response) -> dict:
+    body = r.json()
+    assert set(body) == {"type", "error"} and body["type"] == "error", body
+    assert set(body["error"]) == {"type", "message"} and body["error"]["message"], body
+    return body["error"]
+
+
+# ------------------------------------------------------------------------------ answers
+def test_whole_and_streamed_answers_agree(client):
+    kw = dict(model="any", max_tokens=24, system="Be brief.", messages=HAIKU, extra_body=GREEDY)
+    m = client.messages.create(**kw)
+    assert m.id.startswith("msg_") and m.type == "message" and m.role == "assistant" and m.model == "smollm2"
+    assert [b.type for b in m.content] == ["text"] and m.content[0].text
+    assert m.stop_reason in ("end_turn", "max_tokens") and m.stop_sequence is None
+    assert m.usage.output_tokens > 0 and m.usage.input_tokens + m.usage.cache_read_input_tokens > 10
+    extra = m.model_extra or {}
+    assert extra["localspec"]["method"] == "sd" and extra["timings"]["predicted_n"] == m.usage.output_tokens
+    with client.messages.stream(**kw) as s:
+        texts = list(s.text_stream)
+        final = s.get_final_message()
+    assert "".join(texts) == final.content[0].text == m.content[0].text  # greedy and lossless: the same answer
+    assert final.stop_reason == m.stop_reason and final.usage.output_tokens == m.usage.output_tokens
+    assert final.usage.input_tokens + final.usage.cache_read_input_tokens == (
+        m.usage.input_tokens + m.usage.cache_read_input_tokens)
+
+
+def test_event_sequence(srv):
+    evs = events(srv, {"model": "x", "max_tokens": 8, "messages": HAIKU, **GREEDY})
+    names = [n for n, _ in evs]
+    assert names[:3] == ["message_start", "ping", "content_block_start"]
+    assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    assert set(names[3:-3]) == {"content_block_delta"}
+    start = evs[0][1]["message"]
+    assert start["content"] == [] and start["stop_reason"] is None and start["id"].startswith("msg_")
+    delta = evs[-2][1]
+    assert delta["delta"]["stop_reason"] == "max_tokens" and delta["usage"]["output_tokens"] == 8
+    assert delta["localspec"]["stop_reason"] == "max_tokens" and "timings" in delta  # the provenance extension
+
+
+def test_system_blocks_equal_a_system_string(client):
+    kw = dict(model="x", max_tokens=6, messages=HAIKU, extra_body=GREEDY)
+    a = client.messages.create(system="Answer in French.", **kw)
+    b = client.messages.create(system=[{"type": "text", "text": "Answer in "}, {"type": "text", "text": "French."}], **kw)
+    assert a.content[0].text == b.content[0].text
+    total = (a.usage.input_tokens + a.usage.cache_read_input_tokens, b.usage.input_tokens + b.usage.cache_read_input_tokens)
+    assert total[0] == total[1]
+    c = client.messages.create(system="Answer in French, and rhyme.", **kw)
+    assert c.usage.input_tokens + c.usage.cache_read_input_tokens > total[0]  # the system prompt reached the model
+
+
+def test_max_tokens_and_stop_sequences(client, srv):
+    short = client.messages.create(model="x", max_tokens=3, messages=HAIKU, extra_body=GREEDY)
+    assert short.stop_reason == "max_tokens" and short.usage.output_tokens == 3
+    kw = dict(model="x", max_tokens=40, messages=HAIKU, stop_sequences=["zzz", "e"], extra_body=GREEDY)
+    m = client.messages.create(**kw)
+    assert m.stop_reason == "stop_sequence" and m.stop_sequence == "e"  # which of the two matched
+    assert "e" not in m.content[0].text
+    with client.messages.stream(**kw) as s:
+        final = s.get_final_message()
+    assert final.stop_reason == "stop_sequence" and final.stop_sequence == "e"
+    assert final.content[0].text == m.content[0].text
+
+
+def test_count_tokens_is_the_prompt_a_request_evaluates(client):
+    kw = dict(model="x", system="Be brief.", messages=[*HAIKU, {"role": "assistant", "content": "Waves"},
+                                                        {"role": "user", "content": [{"type": "text", "text": "More."}]}])
+    n = client.messages.count_tokens(**kw).input_tokens
+    m = client.messages.create(max_tokens=2, extra_body=GREEDY, **kw)
+    assert n == m.usage.input_tokens + m.usage.cache_read_input_tokens and n > 20
+    assert client.messages.count_tokens(model="x", messages=HAIKU).input_tokens < n
+
+
+def test_provenance_rides_along(srv, client):
+    m = client.messages.create(model="x", max_tokens=16, messages=HAIKU,
+                               extra_body={**GREEDY, "localspec": {"provenance": True}})
+    prov = m.model_extra["localspec"]["provenance"]
+    assert "".join(s["text"] for s in prov) == m.content[0].text
+    assert sum(s["tokens"] for s in prov) == m.usage.output_tokens
+    evs = events(srv, {"model": "x", "max_tokens": 16, "messages": HAIKU, **GREEDY, "localspec": {"provenance": True}})
+    deltas = [d for n, d in evs if n == "content_block_delta"]
+    for d in deltas:
+        assert "".join(s["text"] for s in d["localspec"]["provenance"]) == d["delta"]["text"]
+    assert "".join(d["delta"]["text"] for d in deltas) == m.content[0].text
+
+
+# ------------------------------------------------------------------------------ keys and errors
+def test_keys_x_api_key_and_bearer(srv):
+    body = {"model": "x", "max_tokens": 2, "messages": HAIKU}
+    for headers in ({"x-api-key": KEY}, {"Authorization": f"Bearer {KEY}"}):
+        assert httpx.post(srv.url + "/v1/messages", json=body, headers=headers, timeout=60).status_code == 200
+    bad = anthropic.Anthropic(base_url=srv.url, api_key="wrong", max_retries=0)
+    with pytest.raises(anthropic.AuthenticationError):
+        bad.messages.create(model="x", max_tokens=2, messages=HAIKU)
+    r = httpx.post(srv.url + "/v1/messages", json=body, timeout=60)
+    assert r.status_code == 401 and anthropic_error(r)["type"] == "authentication_error"
+
+
+@pytest.mark.parametrize("body, names", [
+    ({"messages": HAIKU}, "max_tokens"),
+    ({"max_tokens": 2}, "messages"),
+    ({"max_tokens": 2, "messages": []}, "messages"),
+    ({"max_tokens": 0, "messages": HAIKU}, "max_tokens"),
+    ({"max_tokens": "2", "messages": HAIKU}, "max_tokens"),
+    ({"max_tokens": 2, "messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+    ({"max_tokens": 2, "messages": [{"role": "user", "content": [{"type": "image", "source": {
+        "type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]}, "messages[0].content[0].type"),
+    ({"max_tokens": 2, "messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0].content[0].text"),
+    ({"max_tokens": 2, "messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    ({"max_tokens": 2, "messages": HAIKU, "stop_sequences": "x"}, "stop_sequences"),
+    ({"max_tokens": 2, "messages": HAIKU, "system": [{"type": "image"}]}, "system[0].type"),
+    ({"max_tokens": 2, "messages": HAIKU, "tools": [{"type": "web_search_20250305", "name": "s"}]}, "tools[0].type"),
+    ({"max_tokens": 2, "messages": HAIKU, "tool_choice": {"type": "some"}}, "tool_choice.type"),
+    ({"max_tokens": 2, "messages": HAIKU, "thinking": {"type": "enabled"}}, "thinking.budget_tokens"),
+    ({"max_tokens": 2, "messages": HAIKU, "container": "c"}, "container"),
+    ({"max_tokens": 2, "messages": HAIKU, "temperature": -1}, "temperature"),
+    ({"max_tokens": 2, "messages": HAIKU, "output_config": {"format": {"type": "json_schema", "schema": {
+        "type": "nope"}}}}, "output_config.format"),
+])
+def test_bad_bodies_are_anthropic_shaped_400s(srv, body, names):
+    r = httpx.post(srv.url + "/v1/messages", json=body, headers={"x-api-key": KEY}, timeout=60)
+    assert r.status_code == 400, r.text
+    err = anthropic_error(r)
+    assert err["type"] == "invalid_request_error" and names in err["message"], err
+
+
+def test_sdk_raises_bad_request(srv, client):
+    with pytest.raises(anthropic.BadRequestError, match="text-only"):
+        client.messages.create(model="x", max_tokens=2, messages=[{"role": "user", "content": [
+            {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}]}])
+    r = httpx.post(srv.url + "/v1/messages/count_tokens", json={"messages": 1},
+                   headers={"x-api-key": KEY}, timeout=30)
+    assert r.status_code == 400 and "messages" in anthropic_error(r)["message"]
+
+
+def test_engine_failures(srv, client):
+    srv.session.fail_next = True
+    with pytest.raises(anthropic.InternalServerError):
+        client.messages.create(model="x", max_tokens=4, messages=HAIKU)
+    srv.session.fail_mid = True
+    evs = events(srv, {"model": "x", "max_tokens": 8, "messages": HAIKU})
+    assert evs[-1][0] == "error" and evs[-1][1]["error"]["type"] == "api_error"
+    assert "simulated failure" in evs[-1][1]["error"]["message"]
+    assert client.messages.create(model="x", max_tokens=2, messages=HAIKU).usage.output_tokens == 2  # still serving
+
+
+def test_structured_output_config(client):
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
+    m = client.messages.create(model="x", max_tokens=24, messages=[{"role": "user", "content": "Pick a number."}],
+                               output_config={"format": {"type": "json_schema", "schema": schema}}, extra_body=GREEDY)
+    assert isinstance(json.loads(m.content[0].text)["n"], int)
+
+
+# ------------------------------------------------------------------------------ thinking
+def test_thinking_blocks_on_a_thinking_model(files):  # noqa: F811
+    app = create_app(session(files.r1, files.draft),
+                     ServerConfig(model_id="tiny", limits=Limits(cfg=GenConfig(method="sd", L=4, n_predict=16), n_ctx=2048)))
+    s = ServerThread(app)
+    try:
+        c = anthropic.Anthropic(base_url=s.url, api_key="x", max_retries=0, timeout=60)
+        kw = dict(model="tiny", max_tokens=16, messages=[{"role": "user", "content": "hi"}],
+                  thinking={"type": "enabled", "budget_tokens": 5}, extra_body=GREEDY)
+        m = c.messages.create(**kw)
+        assert [b.type for b in m.content] == ["thinking", "text"], m.content
+        thought, answer = m.content[0].thinking, m.content[1].text
+        assert thought and answer and "</think>" not in thought + answer and m.content[0].signature == ""
+        with c.messages.stream(**kw) as st:
+            final = st.get_final_message()
+        assert [b.type for b in final.content] == ["thinking", "text"]
+        assert final.content[0].thinking == thought and final.content[1].text == answer
+        # the reasoning sent back in a later turn is dropped, as on the chat route: same prompt either way
+        turn = {"role": "assistant", "content": [{"type": "thinking", "thinking": thought, "signature": ""},
+                                                 {"type": "text", "text": answer}]}
+        follow = [{"role": "user", "content": "hi"}, turn, {"role": "user", "content": "more"}]
+        plain = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": answer}, {"role": "user", "content": "more"}]
+        assert c.messages.count_tokens(model="t", messages=follow).input_tokens == \
+            c.messages.count_tokens(model="t", messages=plain).input_tokens
+    finally:
+        s.stop()
