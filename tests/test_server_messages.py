@@ -17,9 +17,11 @@ import pytest
 from localspec.config import GenConfig
 from localspec.server.app import ServerConfig, create_app
 from localspec.server.schema import Limits
+from tests import test_server, test_thinking
 from tests.support.helpers import session
-from tests.test_server import KEY, FlakySession, ServerThread, server_cfg
-from tests.test_thinking import files  # noqa: F401  (the tiny thinking model's fixture)
+from tests.test_server import KEY, ServerThread
+
+files = test_thinking.files  # the tiny thinking model's fixture
 
 HAIKU = [{"role": "user", "content": "Write a haiku about the sea."}]
 GREEDY = {"temperature": 0}
@@ -27,10 +29,9 @@ GREEDY = {"temperature": 0}
 
 @pytest.fixture(scope="module")
 def srv(smollm2_path, smollm2_q4_0_path):
-    sess = FlakySession(session(smollm2_path, smollm2_q4_0_path, n_ctx=2048, threads=1))
-    config = ServerConfig(model_id="smollm2", draft="smollm2-q4_0", api_key=KEY,
-                          limits=Limits(cfg=server_cfg(), n_ctx=2048))
-    s = ServerThread(create_app(sess, config))
+    """API key on; an engine that can be made to fail (test_server's FlakySession)."""
+    sess = test_server.FlakySession(session(smollm2_path, smollm2_q4_0_path, threads=1))
+    s = ServerThread(create_app(sess, ServerConfig("smollm2", Limits(test_server.server_cfg(), 2048), api_key=KEY)))
     s.session = sess
     yield s
     s.stop()
