@@ -46,6 +46,12 @@ def events(srv, body: dict, headers: dict | None = None) -> list[tuple[str, dict
     """The raw (event name, data) pairs of a streamed answer."""
     r = httpx.post(srv.url + "/v1/messages", json={**body, "stream": True}, timeout=120,
                    headers=headers or {"x-api-key": KEY})
+    return named_events(r)
+
+
+def named_events(r: httpx.Response) -> list[tuple[str, dict]]:
+    """(event, data) of a stream whose events are named (Anthropic's, the Responses API's):
+    each name must be its data's `type`."""
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.text
     out = []
     for block in r.text.strip().split("\n\n"):
