@@ -35,7 +35,7 @@ from localspec.server.apis_common import (
     text_of,
 )
 from localspec.server.errors import ApiError, invalid, unsupported, wrong_type
-from localspec.server.fields import check_keys, check_policy, get_int
+from localspec.server.fields import check_keys, check_policy, get_int, get_object
 from localspec.server.schema import GenRequest, Limits, parse_chat
 from localspec.session import Session
 from localspec.thinking.split import answer_only, markers_of
@@ -253,7 +253,7 @@ def _thinking(value: object, chat: dict, ignored: list[str]) -> None:
         return
     th = ensure_object(value, "thinking")
     kind = th.get("type")
-    kwargs = dict(chat.get("chat_template_kwargs") or {})
+    kwargs = dict(get_object(chat, "chat_template_kwargs") or {})
     if th.get("display") is not None:  # the thinking is always returned as it was generated
         ignored.append("thinking.display")
     if kind == "enabled":

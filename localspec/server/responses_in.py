@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from localspec.server import apis_common as ac
 from localspec.server.errors import ApiError, invalid, unsupported, wrong_type
-from localspec.server.fields import at_least, check_keys, check_policy, get_int
+from localspec.server.fields import at_least, check_keys, check_policy, get_int, get_object
 from localspec.server.schema import GenRequest, Limits, parse_chat
 
 PASSTHROUGH = frozenset({"temperature", "top_p", "stream", "speculative", "localspec", "chat_template_kwargs",
@@ -190,7 +190,7 @@ def _reasoning(value: object, chat: dict, ignored: list[str]) -> None:
     r = ac.ensure_object(value, "reasoning")
     effort = r.get("effort")
     if effort in ("none", "minimal"):
-        chat["chat_template_kwargs"] = {"enable_thinking": False, **(chat.get("chat_template_kwargs") or {})}
+        chat["chat_template_kwargs"] = {"enable_thinking": False, **(get_object(chat, "chat_template_kwargs") or {})}
     elif effort is not None:
         ignored.append("reasoning.effort")
     for key in ("summary", "generate_summary"):
