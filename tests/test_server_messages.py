@@ -12,6 +12,7 @@ import json
 
 import anthropic
 import httpx
+import openai
 import pytest
 
 from localspec.config import GenConfig
@@ -53,8 +54,12 @@ def named_events(r: httpx.Response) -> list[tuple[str, dict]]:
     """(event, data) of a stream whose events are named (Anthropic's, the Responses API's):
     each name must be its data's `type`."""
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.text
+    return parse_named(r.text)
+
+
+def parse_named(text: str) -> list[tuple[str, dict]]:
     out = []
-    for block in r.text.strip().split("\n\n"):
+    for block in text.strip().split("\n\n"):
         lines = dict(line.split(": ", 1) for line in block.split("\n"))
         data = json.loads(lines["data"])
         assert data["type"] == lines["event"]
@@ -215,7 +220,7 @@ def test_structured_output_config(client):
 
 
 # ------------------------------------------------------------------------------ thinking
-def test_thinking_blocks_on_a_thinking_model(files):  # noqa: F811
+def test_thinking_blocks_and_reasoning_items_on_a_thinking_model(files):  # noqa: F811
     app = create_app(session(files.r1, files.draft),
                      ServerConfig(model_id="tiny", limits=Limits(cfg=GenConfig(method="sd", L=4, n_predict=16), n_ctx=2048)))
     s = ServerThread(app)
@@ -238,5 +243,85 @@ def test_thinking_blocks_on_a_thinking_model(files):  # noqa: F811
         plain = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": answer}, {"role": "user", "content": "more"}]
         assert c.messages.count_tokens(model="t", messages=follow).input_tokens == \
             c.messages.count_tokens(model="t", messages=plain).input_tokens
+        # the Responses API on the same server: a reasoning item, then the message
+        oc = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=60)
+        rkw = dict(model="tiny", input="hi", max_output_tokens=16, temperature=0, extra_body={"reasoning_budget": 5})
+        r = oc.responses.create(**rkw)
+        assert [o.type for o in r.output] == ["reasoning", "message"]
+        assert r.output[0].content[0].text == thought and r.output_text == answer
+        evs = list(oc.responses.create(**rkw, stream=True))  # random weights: it ends at the token limit
+        assert "".join(e.delta for e in evs if e.type == "response.reasoning_text.delta") == thought
+        assert evs[-1].type == "response.incomplete" and evs[-1].response.output_text == answer
     finally:
         s.stop()
+
+
+# ------------------------------------------------------------------------------ scripted chat chunks
+# What the chat route streams for an answer with reasoning, text and two tool calls (the
+# shapes of server/stream.py and the tool-call deltas), translated without a model and
+# accumulated by the SDKs' own stream code: the Messages (here) and Responses
+# (test_server_responses.py) translations of tool calls, checked on every block kind.
+def _chunk(delta: dict | None = None, finish: str | None = None, **more) -> dict:
+    choices = [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "m", "choices": choices, **more}
+
+
+def _call(index: int, call_id: str | None = None, name: str | None = None, arguments: str = "") -> dict:
+    tc: dict = {"index": index, "function": {"arguments": arguments}}
+    if call_id:
+        tc.update(id=call_id, type="function")
+        tc["function"]["name"] = name
+    return {"tool_calls": [tc]}
+
+
+USAGE = {"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42, "prompt_tokens_details": {"cached_tokens": 4}}
+INFO = {"method": "sd", "stop_reason": "eog"}
+CHAT_CHUNKS = [
+    _chunk({"role": "assistant", "content": ""}),
+    _chunk({"reasoning_content": "Weather "}), _chunk({"reasoning_content": "and time."}),
+    _chunk({"content": "Checking."}, localspec={"provenance": [{"kind": "draft", "text": "Checking.", "tokens": 2}]}),
+    _chunk(_call(0, "call_a", "get_weather")), _chunk(_call(0, arguments='{"city": ')), _chunk(_call(0, arguments='"Paris"}')),
+    _chunk(_call(1, "call_b", "get_time", '{"zone": "CET"}')),
+    _chunk({}, "tool_calls"),
+    _chunk(None, usage=USAGE, timings={"predicted_n": 12}, localspec=INFO),
+]
+CHAT_BODY = {"id": "chatcmpl-1", "object": "chat.completion", "model": "m", "usage": USAGE, "timings": {}, "localspec": INFO,
+             "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                 "role": "assistant", "content": "Checking.", "reasoning_content": "Weather and time.",
+                 "tool_calls": [{"id": "call_a", "type": "function", "function": {"name": "get_weather",
+                                                                                  "arguments": '{"city": "Paris"}'}},
+                                {"id": "call_b", "type": "function", "function": {"name": "get_time",
+                                                                                  "arguments": '{"zone": "CET"}'}}]}}]}
+
+
+def translated(translator, chunks: list[dict]) -> list[tuple[str, dict]]:
+    """The named events a translator makes of chat chunks (then its end)."""
+    return parse_named("".join(line for c in chunks for line in translator.chunk(c)) + "".join(translator.end()))
+
+
+def test_tool_calls_thinking_and_text_translate_to_blocks():
+    from anthropic.lib.streaming._messages import accumulate_event
+
+    from localspec.server.anthropic_out import ToMessages
+    from localspec.server.schema import GenRequest
+
+    req = GenRequest("chat", [], GenConfig())
+    evs = translated(ToMessages(req, "m"), CHAT_CHUNKS)
+    snapshot, bufs = None, {}
+    for _, data in evs:
+        if data["type"] != "ping":
+            snapshot = accumulate_event(event=data, current_snapshot=snapshot, json_bufs=bufs)
+    want = [("thinking", "Weather and time."), ("text", "Checking."), ("tool_use", ("call_a", "get_weather", {"city": "Paris"})),
+            ("tool_use", ("call_b", "get_time", {"zone": "CET"}))]
+    whole = anthropic.types.Message.model_validate(ToMessages(req, "m").response(CHAT_BODY))
+    for message in (snapshot, whole):
+        got = [(b.type, b.thinking if b.type == "thinking" else b.text if b.type == "text" else (b.id, b.name, b.input))
+               for b in message.content]
+        assert got == want
+        assert message.stop_reason == "tool_use" and message.usage.input_tokens == 26
+        assert message.usage.cache_read_input_tokens == 4 and message.usage.output_tokens == 12
+    starts = [d["index"] for n, d in evs if n == "content_block_start"]
+    stops = [d["index"] for n, d in evs if n == "content_block_stop"]
+    assert starts == stops == [0, 1, 2, 3]  # each block closed before the next opens
+    text_delta = next(d for n, d in evs if n == "content_block_delta" and d["delta"]["type"] == "text_delta")
+    assert text_delta["localspec"]["provenance"][0]["text"] == "Checking."

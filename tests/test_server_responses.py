@@ -139,3 +139,39 @@ def test_sdk_raises_and_the_server_goes_on(srv, client):
     assert [e["type"] for e in evs[-2:]] == ["error", "response.failed"]
     assert "simulated failure" in evs[-2]["message"] and evs[-1]["response"]["status"] == "failed"
     assert client.responses.create(model="x", input=HAIKU, max_output_tokens=2).usage.output_tokens == 2
+
+
+def test_tool_calls_reasoning_and_text_translate_to_output_items():
+    """Scripted chat chunks (test_server_messages.CHAT_CHUNKS: reasoning, text, two calls)
+    through the Responses translation, accumulated by the openai SDK's stream state."""
+    from openai._models import construct_type
+    from openai.lib.streaming.responses._responses import ResponseStreamState
+    from openai.types.responses import Response, ResponseStreamEvent
+
+    from localspec.config import GenConfig
+    from localspec.server.responses_out import ToResponses
+    from localspec.server.schema import GenRequest
+    from tests.test_server_messages import CHAT_BODY, CHAT_CHUNKS, translated
+
+    req = GenRequest("chat", [], GenConfig(), echo={"tools": [], "tool_choice": "auto"})
+    evs = translated(ToResponses(req, "m"), CHAT_CHUNKS)
+    assert [d["sequence_number"] for _, d in evs] == list(range(len(evs)))
+    state = ResponseStreamState(input_tools=[], text_format=openai.omit)
+    for _, data in evs:
+        state.handle_event(construct_type(type_=ResponseStreamEvent, value=data))
+    streamed = state._completed_response
+    whole = Response.model_validate(ToResponses(req, "m").response(CHAT_BODY))
+    for r in (streamed, whole):
+        got = [(o.type, o.content[0].text if o.type in ("message", "reasoning") else (o.call_id, o.name, o.arguments))
+               for o in r.output]
+        assert got == [("reasoning", "Weather and time."), ("message", "Checking."),
+                       ("function_call", ("call_a", "get_weather", '{"city": "Paris"}')),
+                       ("function_call", ("call_b", "get_time", '{"zone": "CET"}'))]
+        assert r.status == "completed" and r.usage.input_tokens == 30 and r.usage.input_tokens_details.cached_tokens == 4
+    added = [d["output_index"] for n, d in evs if n == "response.output_item.added"]
+    done = [d["output_index"] for n, d in evs if n == "response.output_item.done"]
+    assert added == done == [0, 1, 2, 3]
+    args_done = [d["arguments"] for n, d in evs if n == "response.function_call_arguments.done"]
+    assert args_done == ['{"city": "Paris"}', '{"zone": "CET"}']
+    delta = next(d for n, d in evs if n == "response.output_text.delta")
+    assert delta["localspec"]["provenance"][0]["text"] == "Checking."

@@ -26,9 +26,10 @@ from localspec.server import apis_common as ac
 from localspec.server.errors import ApiError, invalid, unsupported, wrong_type
 from localspec.server.fields import at_least, check_keys, check_policy, get_int, get_object
 from localspec.server.schema import GenRequest, Limits, parse_chat
+from localspec.server.thinking import BUDGET_FIELDS
 
 PASSTHROUGH = frozenset({"temperature", "top_p", "stream", "speculative", "localspec", "chat_template_kwargs",
-                         "seed", "top_k", "min_p", "parallel_tool_calls"})
+                         "seed", "top_k", "min_p", "parallel_tool_calls", *BUDGET_FIELDS})
 # accepted, no effect on the answer (include: extra output detail; truncation: a prompt over
 # the context is a 400 either way; the rest are bookkeeping)
 NO_EFFECT = frozenset({"include", "truncation", "prompt_cache_retention", "prompt_cache_options",
