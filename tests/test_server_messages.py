@@ -210,6 +210,8 @@ def test_engine_failures(srv, client):
     assert evs[-1][0] == "error" and evs[-1][1]["error"]["type"] == "api_error"
     assert "simulated failure" in evs[-1][1]["error"]["message"]
     assert client.messages.create(model="x", max_tokens=2, messages=HAIKU).usage.output_tokens == 2  # still serving
+    text = httpx.get(srv.url + "/metrics", headers={"x-api-key": KEY}).text  # counted as their own endpoint
+    assert 'endpoint="messages",code="500"} 1' in text and 'endpoint="messages",code="200"}' in text
 
 
 def test_structured_output_config(client):
