@@ -327,3 +327,18 @@ def test_tool_calls_thinking_and_text_translate_to_blocks():
     assert starts == stops == [0, 1, 2, 3]  # each block closed before the next opens
     text_delta = next(d for n, d in evs if n == "content_block_delta" and d["delta"]["type"] == "text_delta")
     assert text_delta["localspec"]["provenance"][0]["text"] == "Checking."
+
+
+@pytest.mark.parametrize("special", [True, False])
+def test_count_prompt_is_what_generate_evaluates(smollm2_path, special):
+    """Session.count_prompt (count_tokens' engine side) against the prompt generate() built,
+    with message text tokenized as text (--no-special-in-content) or not, and a prefill."""
+    s = session(smollm2_path, threads=1)
+    s.special_in_content = special
+    msgs = [{"role": "system", "content": "Be brief <|im_start|>"}, *HAIKU]
+    for prefill in ("", "Waves"):
+        s.reset()  # a fresh context: no reuse of the previous answer's tokens
+        list(s.generate(msgs, GenConfig(method="ar", n_predict=1), prefill=prefill))
+        assert s.count_prompt(msgs, prefill=prefill) == len(s.last_prompt_tokens)
+    plain, special_ = s.count_prompt(msgs), session(smollm2_path, threads=1).count_prompt(msgs)
+    assert (plain == special_) == special  # the marker in the text is one token only when special
