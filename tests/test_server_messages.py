@@ -342,3 +342,49 @@ def test_count_prompt_is_what_generate_evaluates(smollm2_path, special):
         assert s.count_prompt(msgs, prefill=prefill) == len(s.last_prompt_tokens)
     plain, special_ = s.count_prompt(msgs), session(smollm2_path, threads=1).count_prompt(msgs)
     assert (plain == special_) == special  # the marker in the text is one token only when special
+
+
+# ------------------------------------------------------------------------------ tools (a model that renders them)
+WEATHER_SCHEMA = {"type": "object", "properties": {
+    "city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "unit"], "additionalProperties": False}
+ASK = [{"role": "user", "content": "What's the weather in Paris right now?"}]
+
+
+@pytest.fixture(scope="module")
+def qsrv(qwen_draft_path):
+    """Qwen2.5-Coder-0.5B as the target (its template renders tools; SmolLM2's renders none),
+    greedy plain decoding: seconds per request on 2 cores."""
+    from localspec.config import SamplingConfig
+
+    cfg = GenConfig(method="ar", n_predict=80, sampling=SamplingConfig(temp=0.0))
+    s = ServerThread(create_app(session(qwen_draft_path, n_ctx=4096, threads=2), ServerConfig("qwen", Limits(cfg, 4096))))
+    yield s
+    s.stop()
+
+
+@pytest.mark.slow
+def test_tool_use_round_trip(qsrv):
+    import jsonschema
+
+    c = anthropic.Anthropic(base_url=qsrv.url, api_key="x", max_retries=0, timeout=300)
+    tools = [{"name": "get_weather", "description": "Current weather in a city", "input_schema": WEATHER_SCHEMA}]
+    kw = dict(model="qwen", max_tokens=120, messages=ASK, tools=tools, tool_choice={"type": "tool", "name": "get_weather"})
+    m = c.messages.create(**kw)
+    calls = [b for b in m.content if b.type == "tool_use"]
+    assert m.stop_reason == "tool_use" and len(calls) == 1 and calls[0].name == "get_weather"
+    jsonschema.validate(calls[0].input, WEATHER_SCHEMA)
+    assert calls[0].input["city"].lower().startswith("paris")
+    with c.messages.stream(**kw) as st:
+        final = st.get_final_message()
+    assert final.stop_reason == "tool_use" and [b.input for b in final.content if b.type == "tool_use"] == [calls[0].input]
+    # the result goes back as a tool_result block; "none": the 0.5B model, left to choose, calls again
+    history = [*ASK, {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in m.content]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": calls[0].id,
+                                             "content": [{"type": "text", "text": '{"temp_c": 21, "sky": "sunny"}'}]}]}]
+    r = c.messages.create(model="qwen", max_tokens=60, messages=history, tools=tools, tool_choice={"type": "none"})
+    assert r.stop_reason == "end_turn" and [b.type for b in r.content] == ["text"]
+    assert "21" in r.content[0].text or "sunny" in r.content[0].text.lower()
+    # count_tokens renders the tools too
+    with_tools = c.messages.count_tokens(model="qwen", messages=ASK, tools=tools).input_tokens
+    assert with_tools > c.messages.count_tokens(model="qwen", messages=ASK).input_tokens + 30

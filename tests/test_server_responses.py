@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from tests import test_server
+from tests import test_server, test_server_messages
 from tests.support.helpers import session
 from tests.test_server import KEY, ServerThread, error_of
 from tests.test_server_messages import named_events
@@ -175,3 +175,55 @@ def test_tool_calls_reasoning_and_text_translate_to_output_items():
     assert args_done == ['{"city": "Paris"}', '{"zone": "CET"}']
     delta = next(d for n, d in evs if n == "response.output_text.delta")
     assert delta["localspec"]["provenance"][0]["text"] == "Checking."
+
+
+# ------------------------------------------------------------------------------ tools (a model that renders them)
+qsrv = test_server_messages.qsrv  # Qwen2.5-Coder-0.5B: its template renders tools
+WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather in a city",
+           "parameters": test_server_messages.WEATHER_SCHEMA, "strict": True}
+
+
+@pytest.mark.slow
+def test_function_call_round_trip(qsrv):
+    import jsonschema
+
+    c = openai.OpenAI(base_url=qsrv.url + "/v1", api_key="x", max_retries=0, timeout=300)
+    ask = "What's the weather in Paris right now?"
+    r = c.responses.create(model="qwen", input=ask, tools=[WEATHER], tool_choice="required")
+    calls = [o for o in r.output if o.type == "function_call"]
+    assert len(calls) == 1 and calls[0].name == "get_weather" and calls[0].call_id
+    args = json.loads(calls[0].arguments)
+    jsonschema.validate(args, test_server_messages.WEATHER_SCHEMA)
+    with c.responses.stream(model="qwen", input=ask, tools=[WEATHER], tool_choice="required") as st:
+        deltas = "".join(e.delta for e in st if e.type == "response.function_call_arguments.delta")
+        final = st.get_final_response()
+    assert json.loads(deltas) == args and [o.arguments for o in final.output if o.type == "function_call"] == [
+        calls[0].arguments]
+    # the call and its output go back as input items; "none": the 0.5B model, left to choose, calls again
+    items = [{"role": "user", "content": ask}, *[o.model_dump(exclude_none=True) for o in r.output],
+             {"type": "function_call_output", "call_id": calls[0].call_id, "output": '{"temp_c": 21, "sky": "sunny"}'}]
+    answer = c.responses.create(model="qwen", input=items, tools=[WEATHER], tool_choice="none", max_output_tokens=60)
+    assert [o.type for o in answer.output] == ["message"]
+    assert "21" in answer.output_text or "sunny" in answer.output_text.lower()
+
+
+@pytest.mark.slow
+def test_openai_agents_responses_model_runs_a_function_tool(qsrv):
+    """openai-agents' default model class speaks the Responses API."""
+    from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    seen: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Current weather in a city."""
+        seen.append(city)
+        return f"It is 21 degrees and sunny in {city}."
+
+    client = openai.AsyncOpenAI(base_url=qsrv.url + "/v1", api_key="x", max_retries=0, timeout=300)
+    agent = Agent(name="weather", instructions="Use the tool to answer.", tools=[get_weather],
+                  model=OpenAIResponsesModel(model="qwen", openai_client=client))
+    result = Runner.run_sync(agent, "What's the weather in Paris?", max_turns=4)
+    assert seen and "paris" in seen[0].lower()
+    assert result.final_output
