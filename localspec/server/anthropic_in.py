@@ -46,7 +46,6 @@ PASSTHROUGH = frozenset({"speculative", "localspec", "chat_template_kwargs", "se
 NO_EFFECT = frozenset({"cache_control", "speed", "inference_geo", "diagnostics", "user_profile_id", "workspace_id"})
 FIELDS = frozenset({"model", "max_tokens", "messages", "system", "stop_sequences", "tools", "tool_choice",
                     "thinking", "output_config"}) | PASSTHROUGH | NO_EFFECT
-COUNT_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking", "output_config"}) | NO_EFFECT
 
 _TEXT_ONLY = "the models are text-only"
 CHAT_NAMES = {"response_format": "output_config.format", "stop": "stop_sequences"}  # chat field -> ours
@@ -55,13 +54,14 @@ CHAT_NAMES = {"response_format": "output_config.format", "stop": "stop_sequences
 def parse_anthropic(body: object, limits: Limits) -> GenRequest:
     """A /v1/messages body, as the GenRequest the worker runs (its answer is translated
     back by anthropic_out.py)."""
-    chat, ignored = to_chat(body, limits, FIELDS, need_max_tokens=True)
+    chat, ignored = to_chat(body, limits, need_max_tokens=True)
     return finish(chat, ignored, limits)
 
 
 def parse_count(body: object, limits: Limits) -> GenRequest:
-    """A /v1/messages/count_tokens body: the same messages, no max_tokens needed."""
-    chat, ignored = to_chat(body, limits, COUNT_FIELDS, need_max_tokens=False)
+    """A /v1/messages/count_tokens body: what a /v1/messages body may hold (clients send
+    the request they are about to make), max_tokens not required."""
+    chat, ignored = to_chat(body, limits, need_max_tokens=False)
     return finish(chat, ignored, limits)
 
 
@@ -85,16 +85,16 @@ def finish(chat: dict, ignored: list[str], limits: Limits) -> GenRequest:
     return req
 
 
-def to_chat(body: object, limits: Limits, fields: frozenset[str], *, need_max_tokens: bool) -> tuple[dict, list[str]]:
+def to_chat(body: object, limits: Limits, *, need_max_tokens: bool) -> tuple[dict, list[str]]:
     """The equivalent chat body, and the unknown fields accepted under --ignore-unknown-fields."""
     if not isinstance(body, dict):
         raise ApiError(400, "The request body must be a JSON object.", code="invalid_body")
-    ignored = check_policy(body, fields, limits.lenient)
-    chat: dict = {k: body[k] for k in PASSTHROUGH & fields if k in body}
-    if need_max_tokens:
-        if body.get("max_tokens") is None:
-            raise ApiError(400, "max_tokens: Field required", param="max_tokens", code="missing_required_parameter")
-        chat["max_tokens"] = get_int(body, "max_tokens")
+    ignored = check_policy(body, FIELDS, limits.lenient)
+    chat: dict = {k: body[k] for k in PASSTHROUGH if k in body}
+    if need_max_tokens and body.get("max_tokens") is None:
+        raise ApiError(400, "max_tokens: Field required", param="max_tokens", code="missing_required_parameter")
+    if body.get("max_tokens") is not None:
+        chat["max_tokens"] = body["max_tokens"]  # parse_chat checks it
     if "messages" not in body:
         raise ApiError(400, "messages: Field required", param="messages", code="missing_required_parameter")
     messages = _system(body.get("system")) + _messages(body["messages"], limits.lenient, ignored)
