@@ -31,12 +31,15 @@ from localspec.decode.emitter import Emitter
 from localspec.decode.plan import Loop, fit_memory, pick_loop, plan_turn
 from localspec.decode.state import KVState
 from localspec.decode.think_gate import think_gate
+from localspec.decode.tool_gate import tool_gate
 from localspec.decode.turn import Turn
 from localspec.errors import ConfigError
 from localspec.events import Done, Event, Stats
 from localspec.models.gguf import nextn_layers
 from localspec.session import Message, ProgressFn, Prompt, SessionOptions, ThinkMarkers
 from localspec.stopflag import StopFlag
+
+MAX_GRAMMARS = 32  # compiled grammars a session keeps (_turn_constraint)
 
 
 def _resolve(spec: str, progress: ProgressFn | None) -> str:
@@ -124,7 +127,9 @@ class RuntimeSession:
         # request's), kept across turns and resets; made on the first turn that drafts by it
         self.suffix: SuffixStore | None = None
         self.shared_suffix: SharedSuffix | None = None  # a pool's slots: every slot's finished ones
-        self._constraints: dict[object, object] = {}  # ConstraintSpec -> its compiled Constraint
+        # (kind, text) -> its compiled Constraint, the most recent MAX_GRAMMARS: a server meets
+        # a new grammar with every new tools list or schema, and each holds a compiled parser
+        self._constraints: dict[tuple[str, str], object] = {}
 
     @property
     def costs(self) -> CostModel | None:
@@ -345,20 +350,30 @@ class RuntimeSession:
         """The turn's grammar state: a fresh matcher (the answer is constrained, not the
         prompt) of the session's compiled grammar for this spec (compiled once per spec; the
         model's llguidance tokenizer once per process: backend/grammar.py), behind a thinking
-        model's reasoning block (decode/think_gate.py)."""
+        model's reasoning block (decode/think_gate.py); a tool call's grammar behind its
+        trigger (decode/tool_gate.py)."""
         spec = cfg.constraint
         if spec is None:
             return None
         from localspec.backend.grammar import eog_ids, ll_tokenizer
         from localspec.constrain import Constraint
 
-        compiled = self._constraints.get(spec)
+        key = (spec.kind, spec.text)  # a tool call's trigger / laziness is the gate's, not the grammar's
+        compiled = self._constraints.pop(key, None)
         if compiled is None:
             tm = self.target_model
             compiled = Constraint(spec, ll_tokenizer(tm), tm.n_vocab, eog_ids(tm))
-            self._constraints[spec] = compiled
+            while len(self._constraints) >= MAX_GRAMMARS:
+                del self._constraints[next(iter(self._constraints))]  # the least recently used
+        self._constraints[key] = compiled
         n = self.target_model.n_vocab
-        matcher = think_gate(compiled.matcher(), self.think_markers, prompt_text, n)  # type: ignore[attr-defined]
+        matcher = compiled.matcher()
+        trig = spec.trigger
+        if trig is not None:  # a tool call: the grammar from its opening marker on (decode/tool_gate.py)
+            tm = self.target_model
+            ids = [tuple(tm.tokenize(t, add_special=False, parse_special=True)) if t else () for t in (trig.open, trig.close)]
+            matcher = tool_gate(matcher, ids[0], trig.lazy, n, close=ids[1], eog=eog_ids(tm), parallel=trig.parallel)
+        matcher = think_gate(matcher, self.think_markers, prompt_text, n)  # type: ignore[attr-defined]
         return TurnConstraint(matcher, n, spec.kind)  # type: ignore[attr-defined]
 
     def _suffix_store(self, cfg: GenConfig, tokens: list[int]) -> SuffixStore | SlotSuffix | None:

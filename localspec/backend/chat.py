@@ -7,6 +7,7 @@ a ChatML fallback covers models without one.
 from __future__ import annotations
 
 import datetime
+import json
 import secrets
 from collections.abc import Mapping
 from functools import lru_cache
@@ -38,8 +39,17 @@ def _raise(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)
 
 
+def _tojson(value: object, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    """transformers' `tojson` (and llama.cpp's): keys in the given order, no HTML escaping.
+    Jinja's own sorts keys and writes `<` as \u003c, so a tool's schema or a past call's
+    arguments would reach the model unlike what it was trained on."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
 def _env() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     return env

@@ -22,6 +22,6 @@ end-of-generation ids from `backend.grammar.eog_ids`).
 """
 
 from localspec.constrain.matcher import Constraint, Matcher
-from localspec.constrain.spec import KINDS, ConstraintSpec
+from localspec.constrain.spec import KINDS, ConstraintSpec, Trigger
 
-__all__ = ["KINDS", "Constraint", "ConstraintSpec", "Matcher"]
+__all__ = ["KINDS", "Constraint", "ConstraintSpec", "Matcher", "Trigger"]

@@ -165,6 +165,11 @@ class Matcher:
         """The grammar is complete and only ending is allowed (or it has ended)."""
         return self._ends > 0 or (self._ll.is_stopped() and not self._ll.is_error())
 
+    def can_end(self) -> bool:
+        """The text so far is a complete match (it may end here, or has ended); more may
+        still follow where the grammar allows it (decode/tool_gate.py reads this)."""
+        return self._ends > 0 or self._can_end()
+
     @property
     def error(self) -> str:
         """llguidance's reason, one line, if it gave up (a parser or lexer limit); "" if not.

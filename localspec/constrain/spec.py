@@ -34,6 +34,22 @@ _MAX_REASON = 300
 
 
 @dataclass(frozen=True)
+class Trigger:
+    """Where a tool call's grammar applies (decode/tool_gate.py).
+
+    open: the call's opening marker (`<tool_call>`), whose tokens start the grammar; close:
+    its closing marker ("" for formats without one). lazy (tool_choice auto): free text
+    until the marker, and free again after the call; otherwise (required, a named function)
+    the answer is the marker, the call, the closing marker, then the end of the turn, or
+    (parallel) another call."""
+
+    open: str
+    close: str = ""
+    lazy: bool = False
+    parallel: bool = True
+
+
+@dataclass(frozen=True)
 class ConstraintSpec:
     """A constraint on the generated text.
 
@@ -42,11 +58,14 @@ class ConstraintSpec:
     "json_schema" (the schema as JSON text) or "json_object" (any JSON object; text "").
     origin: who gave it, for messages (a flag such as "--grammar", or a request field);
     optional, the kind is named either way.
+    trigger: a tool call's markers (decode/tool_gate.py): the grammar applies from the
+    opening marker on; None = the grammar from the first token.
     """
 
     kind: str
     text: str = ""
     origin: str = ""
+    trigger: Trigger | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -41,6 +41,9 @@ from localspec.server.responses_in import parse_responses
 from localspec.server.responses_out import RESPONSES
 from localspec.server.schema import GenRequest, Limits, parse_chat, parse_completion
 from localspec.server.stream import Shapes, add_segment, trim_tokens
+from localspec.server.tool_output import ToolStream
+from localspec.server.tool_output import apply as apply_tool_calls
+from localspec.server.tools import detect_format
 from localspec.server.worker import Job, QueueFull, ShuttingDown, Worker
 from localspec.session import Session
 
@@ -86,6 +89,8 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
     limits = config.limits
     if limits.n_vocab is None:  # token-id prompts are checked against both models' vocabulary
         limits = dataclasses.replace(limits, n_vocab=getattr(session, "n_vocab", None))
+    if limits.tool_format is None:  # how the chat template writes tool calls (None: it renders no tools)
+        limits = dataclasses.replace(limits, tool_format=detect_format(session))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -324,7 +329,10 @@ async def _collect(job: Job, request: Request, shapes: Shapes, metrics: Metrics,
         metrics.record(job.id, item)
         if item[0] == "done":
             trim_tokens(segments, item[1].stats.n_tokens)  # provenance counts what usage counts
-            return JSONResponse(out.response(shapes.response(item[1], job.queue_seconds, segments, item[2])))
+            body = shapes.response(item[1], job.queue_seconds, segments, item[2])
+            if shapes.req.tools is not None:  # the answer's tool calls (server/tool_output.py)
+                apply_tool_calls(body, shapes.req)
+            return JSONResponse(out.response(body))
         return _failed(item, shapes.req, dialect)
 
 
@@ -336,6 +344,7 @@ async def _sse(job: Job, shapes: Shapes, metrics: Metrics, out: Translator) -> A
         for line in out.chunk(first):
             yield line
     segments: list[dict] = []  # tokens whose text is still held back wait for the next chunk
+    tools = ToolStream(shapes.req) if shapes.req.tools is not None else None
     while True:
         items = [await job.items.get()]
         while not job.items.empty():
@@ -348,15 +357,17 @@ async def _sse(job: Job, shapes: Shapes, metrics: Metrics, out: Translator) -> A
                 end = item
                 break
         if any(s["text"] for s in segments):
-            for line in out.chunk(shapes.delta(segments)):
-                yield line
+            for chunk in tools.delta(shapes, segments) if tools else [shapes.delta(segments)]:
+                for line in out.chunk(chunk):
+                    yield line
             segments = []
         if end is None:
             continue
         metrics.record(job.id, end)
         lines: list[str] = []
         if end[0] == "done":
-            for chunk in shapes.final(end[1], job.queue_seconds):
+            chunks = shapes.final(end[1], job.queue_seconds)
+            for chunk in tools.final(shapes, chunks) if tools else chunks:
                 lines += out.chunk(chunk)
         elif end[0] == "error":  # after the 200 went out: report in-stream, as llama-server does
             lines += out.error(_error_for(end[1], shapes.req))

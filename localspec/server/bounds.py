@@ -7,7 +7,8 @@ bounds that no prompt which fits the context can break are checked first, in the
 
 - at most `n_ctx` messages (each renders to at least one token);
 - at most `BYTES_PER_TOKEN` × `n_ctx` bytes (UTF-8) of text: a /v1/completions prompt,
-  or the messages' text fields (content, name, reasoning_content) with the prefill.
+  or the messages' text fields (content, name, reasoning_content, past tool calls as JSON)
+  with the prefill and the tools the template renders.
   A token holds 3 to 5 bytes of real text (English, code, CJK alike), so 16 is four times
   what any real prompt needs: it only refuses what could never fit.
 
@@ -16,6 +17,7 @@ Both answer 400 `context_length_exceeded`, the code the context check itself ans
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from localspec.server.errors import ApiError
@@ -35,15 +37,18 @@ def check_message_count(value: object, n_ctx: int) -> None:
                         "(each message takes at least one)")
 
 
-def check_chat_bytes(messages: Sequence[dict[str, str]], prefill: str, n_ctx: int) -> None:
-    """The messages' text, as the template will get it, against BYTES_PER_TOKEN × n_ctx."""
+def check_chat_bytes(messages: Sequence[dict], prefill: str, n_ctx: int, tools: object = None) -> None:
+    """The messages' text, as the template will get it, against BYTES_PER_TOKEN × n_ctx
+    (`tools`: what the template renders besides them)."""
     limit = max_bytes(n_ctx)
-    total = _utf8_len(prefill)
+    total = _utf8_len(prefill) + (_utf8_len(json.dumps(tools, ensure_ascii=False)) if tools else 0)
     for m in messages:
         for key in TEXT_FIELDS:
             value = m.get(key)
             if isinstance(value, str):
                 total += _utf8_len(value)
+        if m.get("tool_calls"):
+            total += _utf8_len(json.dumps(m["tool_calls"], ensure_ascii=False))
         if total > limit:
             break
     if total > limit:

@@ -23,7 +23,6 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # Accepted with any value: they never change the generated text.
 HARMLESS = frozenset({
     "user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key",
-    "parallel_tool_calls",  # only means something together with tools (refused below)
     "cache_prompt", "id_slot", "n_keep", "timings_per_token",  # llama-server: KV reuse is always on
     "mirostat_tau", "mirostat_eta", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
     "dry_sequence_breakers", "repeat_last_n", "penalty_last_n", "xtc_threshold",
@@ -32,7 +31,7 @@ HARMLESS = frozenset({
 
 _NOT_BUILT = "localspec's samplers are temperature, top-k, top-p and min-p"
 _ONE = "localspec serve generates one answer per request; send several requests"
-_NO_TOOLS = "tool / function calling is not built"
+_NO_TOOLS = "tools are served on /v1/chat/completions only"
 _NO_LOGPROBS = "log-probabilities are not returned"
 
 # field -> (neutral values, why any other value is refused). None is always accepted.
@@ -61,6 +60,7 @@ NEUTRAL: dict[str, tuple[tuple[object, ...], str]] = {
     "functions": (([],), _NO_TOOLS),
     "tool_choice": (("none", "auto"), _NO_TOOLS),
     "function_call": (("none", "auto"), _NO_TOOLS),
+    "parallel_tool_calls": ((True, False), _NO_TOOLS),
     "ignore_eos": ((False,), "the answer always ends at the model's end-of-turn token"),
     "min_tokens": ((0,), "a minimum answer length is not built"),
     "t_max_predict_ms": ((0,), "a time limit on generation is not built"),

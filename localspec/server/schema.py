@@ -30,8 +30,11 @@ from localspec.server.structured import FIELDS as STRUCTURED
 from localspec.server.structured import constraint_of
 from localspec.server.thinking import FIELDS as REASONING_FIELDS
 from localspec.server.thinking import check_template_kwargs, reasoning_budget, reasoning_format
+from localspec.server.tools import FIELDS as TOOL_FIELDS
+from localspec.server.tools import ToolRequest, parse_tools, template_tools, tool_constraint
 from localspec.session import Prompt
 from localspec.settings import batch_minimum
+from localspec.toolcall import Format
 
 MAX_STOP = 64
 
@@ -42,7 +45,7 @@ _COMMON = frozenset({
     "temperature", "top_p", "top_k", "min_p", "seed", "stop", "speculative", "localspec", *_FLAT_SPEC,
     *STRUCTURED,
 })
-CHAT_FIELDS = _COMMON | {"messages", "chat_template_kwargs"} | REASONING_FIELDS
+CHAT_FIELDS = _COMMON | {"messages", "chat_template_kwargs"} | REASONING_FIELDS | TOOL_FIELDS
 COMPLETION_FIELDS = _COMMON | {"prompt"}
 
 
@@ -59,6 +62,7 @@ class Limits:
     reasoning_budget: int | None = None  # --reasoning-budget
     template_kwargs: dict | None = None  # --reasoning on/off -> {"enable_thinking": ...}
     n_vocab: int | None = None  # token ids a prompt may hold (create_app fills it from the session)
+    tool_format: Format | None = None  # the chat template's tool-call format (create_app: None = renders no tools)
 
 
 @dataclass
@@ -76,6 +80,8 @@ class GenRequest:
     ignored: list[str] = field(default_factory=list)  # accepted fields that had no effect
     reasoning_format: str = "none"  # chat: "auto" / "deepseek" split reasoning_content out
     reasoning_budget: int | None = None  # chat: thinking tokens before the close is forced
+    tools: ToolRequest | None = None  # chat: tools / tool_choice (server/tools.py)
+    tool_format: Format | None = None  # how the answer's calls are written (toolcall/formats.py)
     echo: dict = field(default_factory=dict)  # the Messages / Responses request's own fields its answer repeats
 
 
@@ -87,15 +93,27 @@ def parse_chat(body: object, limits: Limits) -> GenRequest:
         raise ApiError(400, "Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter")
     check_message_count(body["messages"], limits.n_ctx)  # before reading them one by one
     messages, prefill = parse_messages(body["messages"], limits.lenient, ignored)
-    check_chat_bytes(messages, prefill, limits.n_ctx)
+    tools = parse_tools(body, limits.tool_format)
+    check_chat_bytes(messages, prefill, limits.n_ctx, template_tools(tools).get("tools"))
     tk = get_object(body, "chat_template_kwargs")
     check_template_kwargs(tk)
     if limits.template_kwargs:  # the server's --reasoning, overridden by the request's own
         tk = {**limits.template_kwargs, **(tk or {})}
-    req = GenRequest("chat", messages, _gen_config(body, limits, ignored), prefill=prefill,
+    if tools is not None and tools.active:
+        tk = {**(tk or {}), **template_tools(tools)}
+    cfg = _gen_config(body, limits, ignored)
+    spec = tool_constraint(tools, limits.tool_format)
+    if spec is not None:
+        if constraint_of(body) is not None:  # checked again: _gen_config read it already
+            raise invalid("tool_choice", "Invalid 'tool_choice': a tool call and a response_format / grammar / "
+                          "json_schema cannot both hold the answer; send tool_choice 'none' or drop the format.")
+        cfg.constraint = spec
+    req = GenRequest("chat", messages, cfg, prefill=prefill,
                      template_kwargs=tk, ignored=ignored,
                      reasoning_format=reasoning_format(body, limits.reasoning_format),
-                     reasoning_budget=reasoning_budget(body, limits.reasoning_budget))
+                     reasoning_budget=reasoning_budget(body, limits.reasoning_budget),
+                     tools=tools if tools is not None and tools.active else None,
+                     tool_format=limits.tool_format)
     _response_options(body, req, limits.lenient)
     return req
 
