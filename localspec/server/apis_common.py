@@ -59,9 +59,10 @@ def chat_tools(tools: list[tuple[str, str | None, dict]], strict: list[bool | No
     """(name, description, JSON schema) -> the chat route's function tools."""
     out = []
     for i, (name, desc, params) in enumerate(tools):
-        fn: dict = {"name": name, "parameters": params}
+        fn: dict = {"name": name}  # OpenAI's own key order: the template renders the tool as JSON
         if desc is not None:
             fn["description"] = desc
+        fn["parameters"] = params
         if strict is not None and strict[i] is not None:
             fn["strict"] = strict[i]
         out.append({"type": "function", "function": fn})
