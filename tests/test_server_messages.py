@@ -214,6 +214,24 @@ def test_engine_failures(srv, client):
     assert 'endpoint="messages",code="500"} 1' in text and 'endpoint="messages",code="200"}' in text
 
 
+def test_tool_history_and_tools_on_a_template_without_them(srv, client):
+    """SmolLM2's template renders no tools: `tools` is a clear 400 (the chat route's), while a
+    history with tool_use / tool_result blocks still renders and is answered."""
+    tools = [{"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    with pytest.raises(anthropic.BadRequestError, match="render"):
+        client.messages.create(model="x", max_tokens=2, messages=HAIKU, tools=tools)
+    history = [{"role": "user", "content": "Weather in Oslo?"},
+               {"role": "assistant", "content": [{"type": "text", "text": "Checking."},
+                                                 {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Oslo"}}]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "cold", "is_error": False},
+                                            {"type": "text", "text": "Summarize."}]}]
+    m = client.messages.create(model="x", max_tokens=2, messages=history, tools=tools, tool_choice={"type": "none"})
+    assert m.usage.output_tokens == 2
+    n = client.messages.count_tokens(model="x", messages=history).input_tokens
+    shorter = client.messages.count_tokens(model="x", messages=history[:1]).input_tokens
+    assert n > shorter + 10  # the call and its result reached the prompt
+
+
 def test_structured_output_config(client):
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
     m = client.messages.create(model="x", max_tokens=24, messages=[{"role": "user", "content": "Pick a number."}],

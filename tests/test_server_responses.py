@@ -93,6 +93,23 @@ def test_input_items_and_a_conversation(client):
     assert shorter.usage.input_tokens < r.usage.input_tokens  # the whole conversation reached the model
 
 
+def test_function_call_history_on_a_template_without_tools(client):
+    """SmolLM2 renders no tools (function tools are a 400), but a history of function_call and
+    function_call_output items renders and is answered."""
+    with pytest.raises(openai.BadRequestError, match="render"):
+        client.responses.create(model="x", input=HAIKU, tools=[{"type": "function", "name": "f", "parameters": {}}])
+    items = [{"role": "user", "content": "Weather in Oslo?"},
+             {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Oslo"}'},
+             {"type": "function_call", "call_id": "c2", "name": "get_weather", "arguments": '{"city": "Bergen"}'},
+             {"type": "function_call_output", "call_id": "c1", "output": "cold"},
+             {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "wet"}]},
+             {"type": "reasoning", "id": "rs_1", "summary": []}]
+    r = client.responses.create(model="x", input=items, max_output_tokens=2, temperature=0)
+    assert [o.type for o in r.output] == ["message"]  # an answer (SmolLM2 may end it at once)
+    shorter = client.responses.create(model="x", input=items[:1], max_output_tokens=2, temperature=0)
+    assert r.usage.input_tokens > shorter.usage.input_tokens + 10  # the calls and results reached the prompt
+
+
 def test_json_schema_through_text_format(client):
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
               "additionalProperties": False}
