@@ -330,6 +330,7 @@ class Done:
     text: str
     stats: Stats
     message: str = ""
+    stop_word: str = ""  # reason "stop": which stop string matched (the server's Messages API says it)
 
 
 Event = Drafted | Accepted | Rejected | Written | Judged | Cut | Progress | StatsUpdate | Done | PromptLogprobs

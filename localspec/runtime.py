@@ -226,6 +226,17 @@ class RuntimeSession:
         self.messages = []
         return self.chat(prompt, cfg) if chat else self.generate(prompt, cfg)
 
+    def count_prompt(self, prompt: Prompt, *, prefill: str = "",
+                     template_kwargs: Mapping[str, object] | None = None) -> int:
+        if isinstance(prompt, str):
+            return len(self.tokenize(prompt))
+        items = list(prompt)
+        if all(isinstance(t, int) for t in items):
+            return len(items)
+        if not self.special_in_content:
+            return len(self._plain_tokens(items, template_kwargs, prefill))
+        return len(self._fresh_tokens(self.render(items, template_kwargs=template_kwargs) + prefill))
+
     def render(self, messages: Sequence[Message], *, template_kwargs: Mapping[str, object] | None = None) -> str:
         return self.template.render([dict(m) for m in messages], add_generation_prompt=True, template_kwargs=template_kwargs)
 
@@ -317,6 +328,11 @@ class RuntimeSession:
             known = prev_text + answer
             if answer and prompt_text.startswith(known) and tm.detokenize(gen) == answer:
                 return prev_tokens + gen + tm.tokenize(prompt_text[len(known) :], add_special=False)
+        return self._fresh_tokens(prompt_text)
+
+    def _fresh_tokens(self, prompt_text: str) -> list[int]:
+        """Tokens of a rendered prompt, tokenized whole (BOS added unless the template wrote it)."""
+        tm = self.target_model
         add_bos = tm.add_bos and not (tm.bos >= 0 and prompt_text.startswith(self.template.bos_text or "\0"))
         toks = tm.tokenize(prompt_text, add_special=False)
         return ([tm.bos] if add_bos else []) + toks
@@ -467,4 +483,4 @@ class RuntimeSession:
             self._last = (prompt_text, list(tokens), list(turn.emitter.tokens), text)
             ticket.release()  # decoding is over: a timing step may run while Done is handled
         update = turn.tick()
-        yield Done(turn.emitter.done or "max_tokens", text, update.stats, message)
+        yield Done(turn.emitter.done or "max_tokens", text, update.stats, message, turn.emitter.stop_word)

@@ -144,6 +144,14 @@ class Session(Protocol):
         """The prompt text the chat template makes of these messages (generation prompt added)."""
         ...
 
+    def count_prompt(self, prompt: Prompt, *, prefill: str = "",
+                     template_kwargs: Mapping[str, object] | None = None) -> int:
+        """How many target tokens generate() would evaluate for this prompt on a fresh
+        context (the previous answer's exact tokens are not reused): what a client asks
+        before sending (the server's `/v1/messages/count_tokens`). Touches no context, so
+        the server calls it while a slot generates."""
+        ...
+
     def tokenize(self, text: str) -> list[int]:
         """Target token ids of raw text, BOS added where the model wants it."""
         ...

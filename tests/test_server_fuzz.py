@@ -30,11 +30,13 @@ import httpx
 import pytest
 
 from localspec.config import GenConfig
+from localspec.server.anthropic_in import FIELDS as ANTHROPIC_FIELDS
 from localspec.server.app import ServerConfig, create_app
 from localspec.server.body import MAX_DEPTH, loads, nesting_depth
 from localspec.server.bounds import BYTES_PER_TOKEN
 from localspec.server.errors import ApiError
 from localspec.server.fields import HARMLESS, NEUTRAL
+from localspec.server.responses_in import FIELDS as RESPONSES_FIELDS
 from localspec.server.schema import CHAT_FIELDS, COMPLETION_FIELDS, Limits
 from localspec.server.thinking import RESERVED_TEMPLATE_NAMES
 from tests.support.helpers import session
@@ -42,14 +44,42 @@ from tests.test_server import ServerThread, error_of
 
 SEED = 24
 N_BODIES = 3000
-COUNT_FIELDS = ("max_tokens", "max_completion_tokens", "n_predict")
+COUNT_FIELDS = ("max_tokens", "max_completion_tokens", "n_predict", "max_output_tokens")
 FIELDS = sorted(CHAT_FIELDS | COMPLETION_FIELDS | HARMLESS | set(NEUTRAL))
+API_FIELDS = sorted(ANTHROPIC_FIELDS | RESPONSES_FIELDS | HARMLESS)
 CHAT_BASE = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
              "max_tokens": 1, "temperature": 0.5, "top_k": 40, "top_p": 0.9, "seed": 3, "stop": ["\n\n"],
              "speculative": {"method": "sd", "K": 1, "L": 2}, "stream_options": {"include_usage": True},
              "localspec": {"provenance": True}, "logprobs": True, "top_logprobs": 2}
 COMPLETION_BASE = {"prompt": "1, 2, 3,", "max_tokens": 2, "min_p": 0.05, "n_predict": 2,
                    "speculative.n_max": 2, "seed": -1, "logprobs": 3, "echo": True}
+# the Messages and Responses bodies: text ones (SmolLM2 answers them) and ones with tools and
+# a tool round trip (its template renders no tools: a 400 once the fields parse)
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+MESSAGES_BASE = {"model": "x", "max_tokens": 2, "system": [{"type": "text", "text": "Be brief."}],
+                 "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                              {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "bye"}],
+                 "stop_sequences": ["\n\n"], "temperature": 0.5, "top_k": 40,
+                 "thinking": {"type": "enabled", "budget_tokens": 4}, "metadata": {"user_id": "u"},
+                 "localspec": {"provenance": True}}
+MESSAGES_TOOLS = {**MESSAGES_BASE, "tools": [{"name": "weather", "description": "of a city", "input_schema": SCHEMA}],
+                  "tool_choice": {"type": "auto"},
+                  "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": [
+                      {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Oslo"}}]},
+                               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                                             "content": [{"type": "text", "text": "cold"}]}]}]}
+RESPONSES_BASE = {"model": "x", "instructions": "Be brief.", "max_output_tokens": 2, "temperature": 0.5,
+                  "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+                            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hey"}]},
+                            {"role": "user", "content": "bye"}],
+                  "text": {"format": {"type": "text"}}, "store": False, "reasoning": {"effort": "low"}}
+RESPONSES_TOOLS = {**RESPONSES_BASE, "tools": [{"type": "function", "name": "weather", "parameters": SCHEMA}],
+                   "tool_choice": "auto",
+                   "input": [{"role": "user", "content": "hi"}, {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": "{}"},
+                             {"type": "function_call_output", "call_id": "c1", "output": "cold"}]}
+CHAT_ROUTES = [("/v1/chat/completions", CHAT_BASE), ("/v1/completions", COMPLETION_BASE)]
+API_ROUTES = [("/v1/messages", MESSAGES_BASE), ("/v1/responses", RESPONSES_BASE), ("/v1/messages", MESSAGES_TOOLS),
+              ("/v1/responses", RESPONSES_TOOLS), ("/v1/messages/count_tokens", MESSAGES_BASE)]
 EVIL = [2**31, 2**31 - 1, -(2**31) - 1, 2**63, 2**64, -(2**64), 10**30, 10**400, -1, 0, 1, 1.5, -0.0,
         1e308, -1e308, 5e-324, True, False, None, "", "\ud800", "a\udfffb", "\x00", "x" * 3000,
         "\U0001f600", [], {}, [None], [[[]]], {"": None}, [2**31], [-5], [49152], [1, "a"], ["\ud83d"],
@@ -125,7 +155,7 @@ def _evil(rng: random.Random) -> object:
     return copy.deepcopy(rng.choice(EVIL))  # a copy: later mutations must not edit the list
 
 
-def _mutate_tree(rng: random.Random, body: dict) -> dict:
+def _mutate_tree(rng: random.Random, body: dict, fields: list[str]) -> dict:
     for _ in range(rng.randint(2, 4)):  # enough that few survive: each survivor costs a generation
         op = rng.random()
         places = list(_paths(body))
@@ -133,7 +163,7 @@ def _mutate_tree(rng: random.Random, body: dict) -> dict:
             container, key = rng.choice(places)
             container[key] = _deep(rng) if rng.random() < 0.05 else _evil(rng)
         elif op < 0.75:
-            body[rng.choice(FIELDS)] = _evil(rng)
+            body[rng.choice(fields)] = _evil(rng)
         elif op < 0.9 and places:
             container, key = rng.choice(places)
             del container[key]
@@ -171,19 +201,18 @@ def _mutate_text(rng: random.Random, text: str) -> bytes:
     return text.replace('"', "'").encode()
 
 
-def bodies(seed: int, n: int):
+def bodies(seed: int, n: int, routes: list[tuple[str, dict]] = CHAT_ROUTES, fields: list[str] = FIELDS):
     """(path, content-type, body bytes, description) for n requests."""
     rng = random.Random(seed)
     for i in range(n):
-        chat = rng.random() < 0.5
-        base = json.loads(json.dumps(CHAT_BASE if chat else COMPLETION_BASE))
-        path = ("/v1/chat/completions" if chat else "/v1/completions")
+        path, base = rng.choice(routes)
+        base = json.loads(json.dumps(base))
         if rng.random() < 0.1:
             path = path.removeprefix("/v1")
         ctype = "application/json"
         kind = rng.random()
         if kind < 0.6:
-            text = json.dumps(_mutate_tree(rng, base), allow_nan=True)
+            text = json.dumps(_mutate_tree(rng, base, fields), allow_nan=True)
             data = text.encode("utf-8", "surrogatepass")
         elif kind < 0.9:
             data = _mutate_text(rng, json.dumps(base))
@@ -218,6 +247,36 @@ def test_fuzzed_bodies_never_500(fuzz_srv, records):
     assert httpx.get(fuzz_srv.url + "/health").json()["status"] == "ok"
     r = httpx.post(fuzz_srv.url + "/v1/completions", json={"prompt": "1, 2, 3,", "max_tokens": 2}, timeout=60)
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
+
+
+@pytest.mark.parametrize("n", [200, pytest.param(1500, marks=pytest.mark.slow)])
+def test_fuzzed_messages_and_responses_bodies_never_500(fuzz_srv, records, n):
+    """The Anthropic and Responses routes: a 4xx in each API's own error shape, or an answer
+    in its shape (a stream that ends with its closing event); never a 500 or a traceback."""
+    statuses: dict[int, int] = {}
+    with httpx.Client(base_url=fuzz_srv.url, timeout=60) as c:
+        for path, ctype, data, what in bodies(SEED + 1, n, API_ROUTES, API_FIELDS):
+            r = c.post(path, content=data, headers={"Content-Type": ctype} if ctype else {})
+            statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+            assert r.status_code in (200, 400, 413, 415), f"{r.status_code} {r.text[:300]} for {what}"
+            anthropic = "/messages" in path
+            if r.status_code != 200:
+                body = r.json()
+                if anthropic:
+                    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error", what
+                    assert body["error"]["message"], what
+                else:
+                    assert error_of(r)["type"] == "invalid_request_error", what
+            elif r.headers["content-type"].startswith("text/event-stream"):
+                last = r.text.rstrip().rsplit("\n\n", 1)[-1]
+                assert last.startswith("event: message_stop" if anthropic else "event: response."), what
+            elif path.endswith("count_tokens"):
+                assert r.json()["input_tokens"] > 0, what
+            else:
+                assert r.json()["type" if anthropic else "object"] in ("message", "response"), what
+            assert not records.bad, f"{records.bad[:3]} after {what}"
+    print("statuses", dict(sorted(statuses.items())))
+    assert statuses.get(200, 0) >= n // 50 and statuses.get(400, 0) >= n // 3  # both sides were exercised
 
 
 def _raw(srv, request: bytes) -> bytes:

@@ -21,6 +21,7 @@ class Emitter:
         self.text = ""
         self._held = ""
         self.done: str | None = None
+        self.stop_word = ""  # the stop string that ended the turn (Anthropic's stop_sequence)
 
     @property
     def remaining(self) -> int:
@@ -60,6 +61,7 @@ class Emitter:
             i = buf.find(s)
             if i >= 0:
                 self.done = "stop"
+                self.stop_word = s
                 self._held = ""
                 return buf[:i]
         hold = 0

@@ -28,14 +28,20 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from localspec.errors import ContextFullError, LocalspecError
+from localspec.server.anthropic_in import count_tokens as count_tokens_of
+from localspec.server.anthropic_in import parse_anthropic, parse_count
+from localspec.server.anthropic_out import ANTHROPIC
 from localspec.server.body import read_json
+from localspec.server.dialect import OPENAI, Dialect, Translator
 from localspec.server.errors import ApiError
 from localspec.server.guard import Guard
 from localspec.server.hosts import LOOPBACK_NAMES
 from localspec.server.logprobs import Scores
 from localspec.server.metrics import CONTENT_TYPE, CountStatuses, Metrics
+from localspec.server.responses_in import parse_responses
+from localspec.server.responses_out import RESPONSES
 from localspec.server.schema import GenRequest, Limits, parse_chat, parse_completion
-from localspec.server.stream import DONE_LINE, Shapes, add_segment, sse, trim_tokens
+from localspec.server.stream import Shapes, add_segment, trim_tokens
 from localspec.server.tool_output import ToolStream
 from localspec.server.tool_output import apply as apply_tool_calls
 from localspec.server.tools import detect_format
@@ -133,10 +139,33 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
     async def completions(request: Request) -> Response:
         return await _generate(request, parse_completion)
 
-    async def _generate(request: Request, parse: Callable[[object, Limits], GenRequest]) -> Response:
+    async def messages(request: Request) -> Response:
+        return await _generate(request, parse_anthropic, ANTHROPIC)
+
+    async def responses(request: Request) -> Response:
+        return await _generate(request, parse_responses, RESPONSES)
+
+    async def count_tokens(request: Request) -> Response:
+        """Anthropic's token count: the prompt rendered and tokenized, nothing generated
+        (off the event loop, beside the slots: it touches no context)."""
+        try:
+            _auth(request, config.api_key)
+            req = parse_count(await read_json(request, config.max_body), limits)
+            n = await asyncio.get_running_loop().run_in_executor(None, count_tokens_of, session, req)
+        except ApiError as e:
+            return ANTHROPIC.refuse(e)
+        except LocalspecError as e:  # a template that refuses these messages
+            return ANTHROPIC.refuse(ApiError(400, str(e), code="invalid_value"))
+        except ClientDisconnect:
+            return Response(status_code=499)
+        return JSONResponse({"input_tokens": n})
+
+    async def _generate(request: Request, parse: Callable[[object, Limits], GenRequest],
+                        dialect: Dialect = OPENAI) -> Response:
         try:
             _auth(request, config.api_key)
             req = parse(await read_json(request, config.max_body), limits)
+            out = dialect.translator(req, config.model_id)
             job = Job(req, asyncio.get_running_loop())
             try:
                 worker.submit(job)
@@ -152,15 +181,15 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
                 first = await _next(job, request)
                 if first[0] != "start":
                     metrics.record(job.id, first)
-                    return _failed(first, req)
+                    return _failed(first, req, dialect)
                 if req.stream:
-                    return JobStream(_sse(job, shapes, metrics), on_close=lambda: _abandon(job))
-                return await _collect(job, request, shapes, metrics)
+                    return JobStream(_sse(job, shapes, metrics, out), on_close=lambda: _abandon(job))
+                return await _collect(job, request, shapes, metrics, dialect, out)
             except BaseException:
                 _abandon(job)
                 raise
         except ApiError as e:
-            return e.response()
+            return dialect.refuse(e)
         except (ClientGone, ClientDisconnect):  # ClientDisconnect: gone while sending its body
             return Response(status_code=499)
 
@@ -185,6 +214,9 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
             Route(f"{prefix}/models", models, methods=["GET"]),
             Route(f"{prefix}/chat/completions", chat, methods=["POST"]),
             Route(f"{prefix}/completions", completions, methods=["POST"]),
+            Route(f"{prefix}/messages", messages, methods=["POST"]),
+            Route(f"{prefix}/messages/count_tokens", count_tokens, methods=["POST"]),
+            Route(f"{prefix}/responses", responses, methods=["POST"]),
         ]
     routes.append(Route("/health", health, methods=["GET"]))
     routes.append(Route("/slots", slots, methods=["GET"]))
@@ -234,7 +266,8 @@ def _auth(request: Request, key: str | None) -> None:
     header = request.headers.get("authorization", "")
     token = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
     if not token:
-        raise ApiError(401, "You didn't provide an API key: send it as 'Authorization: Bearer KEY'.",
+        raise ApiError(401, "You didn't provide an API key: send it as 'Authorization: Bearer KEY' "
+                       "(or 'x-api-key: KEY').",
                        code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
     if not hmac.compare_digest(token.encode(), key.encode()):
         raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key",
@@ -268,11 +301,11 @@ def _shutting_down() -> ApiError:
     return ApiError(503, "the server is shutting down", type="server_error", code="shutting_down")
 
 
-def _failed(item: tuple, req: GenRequest) -> Response:
+def _failed(item: tuple, req: GenRequest, dialect: Dialect) -> Response:
     """The response for a job that produced ("error", e) or ("cancelled",) instead of a start."""
     if item[0] == "cancelled":
         return Response(status_code=499)
-    return _error_for(item[1], req).response()
+    return dialect.refuse(_error_for(item[1], req))
 
 
 def _error_for(e: BaseException, req: GenRequest) -> ApiError:
@@ -290,7 +323,8 @@ def _scores(req: GenRequest) -> Scores:
     return Scores(req.prompt, req.kind == "chat", req.logprobs, req.echo, req.cfg.prompt_logprobs is not None)
 
 
-async def _collect(job: Job, request: Request, shapes: Shapes, metrics: Metrics) -> Response:
+async def _collect(job: Job, request: Request, shapes: Shapes, metrics: Metrics, dialect: Dialect,
+                   out: Translator) -> Response:
     segments: list[dict] = []
     scores = _scores(shapes.req)
     while True:
@@ -306,22 +340,25 @@ async def _collect(job: Job, request: Request, shapes: Shapes, metrics: Metrics)
             body = shapes.response(item[1], job.queue_seconds, segments, item[2], scores.whole(), scores.prefix)
             if shapes.req.tools is not None:  # the answer's tool calls (server/tool_output.py)
                 apply_tool_calls(body, shapes.req)
-            return JSONResponse(body)
-        return _failed(item, shapes.req)
+            return JSONResponse(out.response(body))
+        return _failed(item, shapes.req, dialect)
 
 
-async def _sse(job: Job, shapes: Shapes, metrics: Metrics) -> AsyncIterator[str]:
-    """The event stream: text as the worker produces it, coalesced when the client is slower."""
+async def _sse(job: Job, shapes: Shapes, metrics: Metrics, out: Translator) -> AsyncIterator[str]:
+    """The event stream: text as the worker produces it, coalesced when the client is slower;
+    `out` turns the chat chunks into the route's own events (dialect.py)."""
     first = shapes.first()
     if first is not None:
-        yield sse(first)
+        for line in out.chunk(first):
+            yield line
     segments: list[dict] = []  # tokens whose text is still held back wait for the next chunk
     scores = _scores(shapes.req)
     tools = ToolStream(shapes.req) if shapes.req.tools is not None else None
     while True:
         echo = scores.echo_now()  # a completion's echoed prompt: the first text, once it is known
         if echo is not None:
-            yield sse(shapes.text_chunk(echo, scores.take()))
+            for line in out.chunk(shapes.text_chunk(echo, scores.take())):
+                yield line
         items = [await job.items.get()]
         while not job.items.empty():
             items.append(job.items.get_nowait())
@@ -339,16 +376,19 @@ async def _sse(job: Job, shapes: Shapes, metrics: Metrics) -> AsyncIterator[str]
         if any(s["text"] for s in segments):
             lps = scores.take()
             for chunk in tools.delta(shapes, segments, lps) if tools else [shapes.delta(segments, lps)]:
-                yield sse(chunk)
+                for line in out.chunk(chunk):
+                    yield line
             segments = []
         if end is None:
             continue
         metrics.record(job.id, end)
+        lines: list[str] = []
         if end[0] == "done":
             chunks = shapes.final(end[1], job.queue_seconds, scores.take())
             for chunk in tools.final(shapes, chunks) if tools else chunks:
-                yield sse(chunk)
+                lines += out.chunk(chunk)
         elif end[0] == "error":  # after the 200 went out: report in-stream, as llama-server does
-            yield sse(_error_for(end[1], shapes.req).body())
-        yield DONE_LINE
+            lines += out.error(_error_for(end[1], shapes.req))
+        for line in lines + out.end():
+            yield line
         return

@@ -33,7 +33,8 @@ FINISHED = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context_full
             "interrupted": "abort"}
 PROPOSERS = ("draft", "ngram", "suffix")  # always exported (zeros included); "mtp" once it drafted
 ENDPOINTS = {"/chat/completions": "chat", "/completions": "completions", "/models": "models",
-             "/health": "health", "/metrics": "metrics"}
+             "/health": "health", "/metrics": "metrics", "/messages": "messages",
+             "/messages/count_tokens": "count_tokens", "/responses": "responses"}
 
 
 class Metrics:

@@ -85,6 +85,7 @@ class GenRequest:
     echo: bool = False  # completions: the prompt's text (and log-probabilities) before the answer
     tools: ToolRequest | None = None  # chat: tools / tool_choice (server/tools.py)
     tool_format: Format | None = None  # how the answer's calls are written (toolcall/formats.py)
+    settings: dict = field(default_factory=dict)  # the Messages / Responses request's own fields its answer repeats
 
 
 def parse_chat(body: object, limits: Limits) -> GenRequest:

@@ -81,6 +81,8 @@ def localspec_info(done: Done, req: GenRequest, queue_seconds: float, draft: str
         "stop_reason": done.reason,
         "queue_ms": queue_seconds * 1e3,
     }
+    if done.stop_word:  # which stop string ended the answer (llama-server's stopping_word)
+        info["stop_word"] = done.stop_word
     if st.choice_note:  # why auto ran what it ran (e.g. the cost model still timing)
         info["choice_note"] = st.choice_note
     if done.message:

@@ -214,7 +214,7 @@ class ThinkingRun:
             events = self._call(cap)
         self._pieces += self.splitter.finish()
         merged = merge_stats(self.phases)
-        final = Done(done.reason, self.text, merged, done.message)
+        final = Done(done.reason, self.text, merged, done.message, done.stop_word)
         self._pieces += self.splitter.feed(final)
         yield final
 
