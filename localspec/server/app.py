@@ -367,7 +367,8 @@ async def _sse(job: Job, shapes: Shapes, metrics: Metrics, out: Translator) -> A
             if scores.consume(item):
                 echo = scores.echo_now()
                 if echo is not None:
-                    yield sse(shapes.text_chunk(echo, scores.take()))
+                    for line in out.chunk(shapes.text_chunk(echo, scores.take())):
+                        yield line
             elif item[0] == "text":
                 add_segment(segments, item[2], item[1], item[3], *item[4:])
             else:
