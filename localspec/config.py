@@ -152,6 +152,12 @@ class GenConfig:
     # the answer must match this grammar / regex / JSON schema (--grammar, --json-schema, the
     # server's response_format): decode/constrained.py; None: unconstrained
     constraint: ConstraintSpec | None = None
+    # code completion's line rules (decode/lines.py, llama-server's names): end at a new line
+    # indented by fewer than n_indent characters, after max_lines lines, or at a new line
+    # once t_max_predict_ms have passed; 0 = off
+    n_indent: int = 0
+    max_lines: int = 0
+    t_max_predict_ms: float = 0.0
 
     @property
     def proposers(self) -> tuple[str, ...]:
@@ -226,6 +232,10 @@ class GenConfig:
             raise ConfigError(f"--spec-suffix-factor must be a number > 0 (got {self.suffix_factor})")
         if self.suffix_max_tokens < 1024:
             raise ConfigError(f"--spec-suffix-max-tokens must be >= 1024 (got {self.suffix_max_tokens})")
+        for name, value in (("n_indent", self.n_indent), ("max_lines", self.max_lines),
+                            ("t_max_predict_ms", self.t_max_predict_ms)):
+            if not 0 <= value < math.inf:
+                raise ConfigError(f"{name} must be >= 0 (got {value})")
         if self.n_predict < 1:
             raise ConfigError(f"-n/--n-predict must be >= 1 (got {self.n_predict})")
         if self.draft_temp is not None and not 0.0 <= self.draft_temp < math.inf:

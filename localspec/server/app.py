@@ -32,6 +32,7 @@ from localspec.server.body import read_json
 from localspec.server.errors import ApiError
 from localspec.server.guard import Guard
 from localspec.server.hosts import LOOPBACK_NAMES
+from localspec.server.infill import InfillShapes, parse_infill, supersede_key
 from localspec.server.metrics import CONTENT_TYPE, CountStatuses, Metrics
 from localspec.server.schema import GenRequest, Limits, parse_chat, parse_completion
 from localspec.server.stream import DONE_LINE, Shapes, add_segment, sse, trim_tokens
@@ -80,6 +81,9 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
     limits = config.limits
     if limits.n_vocab is None:  # token-id prompts are checked against both models' vocabulary
         limits = dataclasses.replace(limits, n_vocab=getattr(session, "n_vocab", None))
+    # FIM requests: the model's FIM tokens, and each client's latest one (server/infill.py)
+    limits = dataclasses.replace(limits, fim_missing=tuple(getattr(session, "fim_missing", ("pre", "suf", "mid"))))
+    latest: dict[str, Job] = {}
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -127,11 +131,15 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
     async def completions(request: Request) -> Response:
         return await _generate(request, parse_completion)
 
+    async def infill(request: Request) -> Response:
+        return await _generate(request, parse_infill)
+
     async def _generate(request: Request, parse: Callable[[object, Limits], GenRequest]) -> Response:
         try:
             _auth(request, config.api_key)
             req = parse(await read_json(request, config.max_body), limits)
             job = Job(req, asyncio.get_running_loop())
+            _supersede(job, supersede_key(req, request.client.host if request.client else None))
             try:
                 worker.submit(job)
                 metrics.submitted(job.id)
@@ -141,7 +149,7 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
                                headers={"Retry-After": str(e.retry_after)}) from None
             except ShuttingDown:
                 raise _shutting_down() from None
-            shapes = Shapes(req, config.model_id, config.draft)
+            shapes = (InfillShapes if req.kind == "infill" else Shapes)(req, config.model_id, config.draft)
             try:
                 first = await _next(job, request)
                 if first[0] != "start":
@@ -157,6 +165,18 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
             return e.response()
         except (ClientGone, ClientDisconnect):  # ClientDisconnect: gone while sending its body
             return Response(status_code=499)
+
+    def _supersede(job: Job, key: str | None) -> None:
+        """An editor typed on: the client's previous FIM request stops (within one iteration;
+        skipped if still queued) and this one becomes its latest."""
+        if key is None:
+            return
+        old = latest.get(key)
+        latest[key] = job
+        if old is not None:
+            worker.cancel(old)
+        for k in [k for k, j in latest.items() if j.finished and k != key]:  # forget finished clients
+            del latest[k]
 
     def _abandon(job: Job) -> None:
         """The handler is done with `job` (finished, client gone, server stopping)."""
@@ -180,6 +200,7 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
             Route(f"{prefix}/chat/completions", chat, methods=["POST"]),
             Route(f"{prefix}/completions", completions, methods=["POST"]),
         ]
+    routes.append(Route("/infill", infill, methods=["POST"]))
     routes.append(Route("/health", health, methods=["GET"]))
     routes.append(Route("/slots", slots, methods=["GET"]))
     routes.append(Route("/metrics", prometheus, methods=["GET"]))
@@ -270,7 +291,7 @@ def _failed(item: tuple, req: GenRequest) -> Response:
 
 
 def _error_for(e: BaseException, req: GenRequest) -> ApiError:
-    param = "messages" if req.kind == "chat" else "prompt"
+    param = {"chat": "messages", "infill": "input_prefix"}.get(req.kind, "prompt")
     if isinstance(e, ContextFullError):
         return ApiError(400, str(e), param=param, code="context_length_exceeded")
     if isinstance(e, LocalspecError):
@@ -280,7 +301,7 @@ def _error_for(e: BaseException, req: GenRequest) -> ApiError:
     return ApiError(500, f"engine failure: {type(e).__name__}: {e}", type="server_error", code="engine_error")
 
 
-async def _collect(job: Job, request: Request, shapes: Shapes, metrics: Metrics) -> Response:
+async def _collect(job: Job, request: Request, shapes: Shapes | InfillShapes, metrics: Metrics) -> Response:
     segments: list[dict] = []
     while True:
         item = await _next(job, request)
@@ -294,7 +315,7 @@ async def _collect(job: Job, request: Request, shapes: Shapes, metrics: Metrics)
         return _failed(item, shapes.req)
 
 
-async def _sse(job: Job, shapes: Shapes, metrics: Metrics) -> AsyncIterator[str]:
+async def _sse(job: Job, shapes: Shapes | InfillShapes, metrics: Metrics) -> AsyncIterator[str]:
     """The event stream: text as the worker produces it, coalesced when the client is slower."""
     first = shapes.first()
     if first is not None:
@@ -322,5 +343,6 @@ async def _sse(job: Job, shapes: Shapes, metrics: Metrics) -> AsyncIterator[str]
                 yield sse(chunk)
         elif end[0] == "error":  # after the 200 went out: report in-stream, as llama-server does
             yield sse(_error_for(end[1], shapes.req).body())
-        yield DONE_LINE
+        if shapes.req.kind != "infill":  # llama-server's own /completion shape ends without it
+            yield DONE_LINE
         return

@@ -25,12 +25,13 @@ from localspec.server.fields import (
     get_object,
     in_range,
 )
+from localspec.server.fim_fields import completion_fim
 from localspec.server.messages import parse_messages, parse_prompt
 from localspec.server.structured import FIELDS as STRUCTURED
 from localspec.server.structured import constraint_of
 from localspec.server.thinking import FIELDS as REASONING_FIELDS
 from localspec.server.thinking import check_template_kwargs, reasoning_budget, reasoning_format
-from localspec.session import Prompt
+from localspec.session import FimInput, Prompt
 from localspec.settings import batch_minimum
 
 MAX_STOP = 64
@@ -40,10 +41,11 @@ _FLAT_SPEC = {"speculative.n_max": "n_max", "speculative.n_min": "n_min", "specu
 _COMMON = frozenset({
     "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "n_predict",
     "temperature", "top_p", "top_k", "min_p", "seed", "stop", "speculative", "localspec", *_FLAT_SPEC,
-    *STRUCTURED,
+    *STRUCTURED, "n_indent", "t_max_predict_ms",
 })
+COMMON_FIELDS = _COMMON
 CHAT_FIELDS = _COMMON | {"messages", "chat_template_kwargs"} | REASONING_FIELDS
-COMPLETION_FIELDS = _COMMON | {"prompt"}
+COMPLETION_FIELDS = _COMMON | {"prompt", "suffix"}
 
 
 @dataclass
@@ -59,13 +61,14 @@ class Limits:
     reasoning_budget: int | None = None  # --reasoning-budget
     template_kwargs: dict | None = None  # --reasoning on/off -> {"enable_thinking": ...}
     n_vocab: int | None = None  # token ids a prompt may hold (create_app fills it from the session)
+    fim_missing: tuple[str, ...] = ()  # FIM tokens the model lacks (create_app fills it; server/infill.py)
 
 
 @dataclass
 class GenRequest:
     """One parsed request: everything the worker and the response builders need."""
 
-    kind: str  # "chat" | "completion"
+    kind: str  # "chat" | "completion" | "infill"
     prompt: Prompt
     cfg: GenConfig
     prefill: str = ""
@@ -76,6 +79,12 @@ class GenRequest:
     ignored: list[str] = field(default_factory=list)  # accepted fields that had no effect
     reasoning_format: str = "none"  # chat: "auto" / "deepseek" split reasoning_content out
     reasoning_budget: int | None = None  # chat: thinking tokens before the close is forced
+    # fill-in-the-middle (/infill, /v1/completions with suffix): the worker asks the session
+    # for its prompt tokens; `prompt` is then only the slot-similarity key (server/infill.py)
+    fim: FimInput | None = None
+    id_slot: int = -1  # /infill: echoed back, as llama-server does
+    supersede: str | None = None  # /infill: the client key a newer request replaces this one by
+    response_fields: list[str] | None = None  # /infill: llama-server's response_fields
 
 
 def parse_chat(body: object, limits: Limits) -> GenRequest:
@@ -91,11 +100,11 @@ def parse_chat(body: object, limits: Limits) -> GenRequest:
     check_template_kwargs(tk)
     if limits.template_kwargs:  # the server's --reasoning, overridden by the request's own
         tk = {**limits.template_kwargs, **(tk or {})}
-    req = GenRequest("chat", messages, _gen_config(body, limits, ignored), prefill=prefill,
+    req = GenRequest("chat", messages, gen_config(body, limits, ignored), prefill=prefill,
                      template_kwargs=tk, ignored=ignored,
                      reasoning_format=reasoning_format(body, limits.reasoning_format),
                      reasoning_budget=reasoning_budget(body, limits.reasoning_budget))
-    _response_options(body, req, limits.lenient)
+    response_options(body, req, limits.lenient)
     return req
 
 
@@ -106,10 +115,19 @@ def parse_completion(body: object, limits: Limits) -> GenRequest:
     if "prompt" not in body:
         raise ApiError(400, "Missing required parameter: 'prompt'.", param="prompt", code="missing_required_parameter")
     prompt = parse_prompt(body["prompt"], limits.n_vocab)
-    check_prompt(prompt, limits.n_ctx)
-    req = GenRequest("completion", prompt, _gen_config(body, limits, ignored), ignored=ignored)
-    _response_options(body, req, limits.lenient)
+    fim = completion_fim(body, prompt, limits.fim_missing)
+    if fim is None:  # a FIM prompt is cut to the context as /infill cuts it
+        check_prompt(prompt, limits.n_ctx)
+    req = GenRequest("completion", prompt, gen_config(body, limits, ignored), ignored=ignored, fim=fim)
+    response_options(body, req, limits.lenient)
     return req
+
+
+def request_body(body: object, fields: frozenset[str], limits: Limits) -> tuple[dict, list[str]]:
+    """The body as an object, and the unknown fields accepted (--ignore-unknown-fields);
+    refuses a field that would change the answer (fields.py)."""
+    body = _object(body)
+    return body, check_policy(body, fields, limits.lenient)
 
 
 def _object(body: object) -> dict:
@@ -118,7 +136,7 @@ def _object(body: object) -> dict:
     return body
 
 
-def _response_options(body: Mapping[str, object], req: GenRequest, lenient: bool) -> None:
+def response_options(body: Mapping[str, object], req: GenRequest, lenient: bool) -> None:
     req.stream = get_bool(body, "stream", False)
     so = get_object(body, "stream_options")
     if so is not None:
@@ -147,7 +165,7 @@ def _n_predict(body: Mapping[str, object], limits: Limits) -> int | None:
     return next(iter(given.values()), None)
 
 
-def _gen_config(body: Mapping[str, object], limits: Limits, ignored: list[str]) -> GenConfig:
+def gen_config(body: Mapping[str, object], limits: Limits, ignored: list[str]) -> GenConfig:
     cfg = copy.deepcopy(limits.cfg)
     n = _n_predict(body, limits)
     if n is not None:
@@ -176,6 +194,10 @@ def _gen_config(body: Mapping[str, object], limits: Limits, ignored: list[str]) 
     cfg.constraint = constraint_of(body) or cfg.constraint
     _speculative(body, cfg, limits.lenient, ignored)
     _fits(body, cfg, limits)
+    n_indent = get_int(body, "n_indent", lo=0)  # llama-server's code-completion stops (decode/lines.py)
+    cfg.n_indent = cfg.n_indent if n_indent is None else n_indent
+    t_max = get_number(body, "t_max_predict_ms")
+    cfg.t_max_predict_ms = cfg.t_max_predict_ms if t_max is None else max(0.0, t_max)  # <= 0: no limit
     return cfg
 
 
