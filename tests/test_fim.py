@@ -4,6 +4,11 @@ a completion (n_indent, max_lines, t_max_predict_ms), and the /infill request po
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from localspec.backend.fim import NULL, FimTokens, FimUnsupportedError, build_infill
@@ -179,3 +184,47 @@ def test_response_fields_pick_nested_values() -> None:
     body = {"content": "x", "timings": {"predicted_n": 3}, "stop": True}
     assert nested_values(["content", "timings/predicted_n", "nope", "content/x"], body) == {
         "content": "x", "timings/predicted_n": 3}
+
+
+# ---------------------------------------------------------------------------- the CLI
+def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "localspec.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--fim-suffix-file", "x.py"], "need --fim-prefix-file"),
+    (["--fim-prefix-file", "NOPE.py"], "cannot read NOPE.py"),
+    (["--fim-prefix-file", "PRE", "-p", "hi"], "takes the place of -p/-f"),
+    (["--fim-prefix-file", "PRE", "--n-indent", "-1"], "--n-indent must be >= 0"),
+    (["--fim-prefix-file", "BAD"], "not UTF-8"),
+])
+def test_run_fim_flags_refused_before_a_model_loads(tmp_path: Path, args: list[str], says: str) -> None:
+    (tmp_path / "PRE").write_text("def f():\n    ")
+    (tmp_path / "BAD").write_bytes(b"x = '\xff'\n")
+    args = [str(tmp_path / a) if a in ("PRE", "BAD") else a for a in args]
+    r = cli("run", "-m", "no-such-model.gguf", *args, timeout=60)
+    assert r.returncode == 2 and says in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_run_fim_on_a_model_without_fim_tokens_is_exit_2(smollm2_path: Path, tmp_path: Path) -> None:
+    (tmp_path / "pre.py").write_text("def f():\n    ")
+    r = cli("run", "-m", str(smollm2_path), "--method", "ar", "-t", "1", "-n", "4",
+            "--fim-prefix-file", str(tmp_path / "pre.py"))
+    assert r.returncode == 2, r.stderr
+    assert "no fill-in-the-middle tokens" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_run_fim_json_says_which_drafter_wrote_each_span(qwen_draft_path: Path, tmp_path: Path) -> None:
+    """The suffix holds the hole's lines: prompt lookup drafts them; --json's spans say so."""
+    (tmp_path / "pre.py").write_text("values = [\n    'alpha',\n    'beta',\n")
+    (tmp_path / "suf.py").write_text("]\n\nsame = [\n    'alpha',\n    'beta',\n    'gamma',\n    'delta',\n]\n")
+    r = cli("run", "-m", str(qwen_draft_path), "--method", "sd", "--spec-type", "ngram", "-L", "8", "--temp", "0",
+            "-t", "2", "-n", "12", "--fim-prefix-file", str(tmp_path / "pre.py"),
+            "--fim-suffix-file", str(tmp_path / "suf.py"), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert "".join(s["text"] for s in out["spans"]) == out["text"]
+    assert sum(s["tokens"] for s in out["spans"] if s["by"] == "ngram") >= 4, out["spans"]
