@@ -384,7 +384,7 @@ class RuntimeSession:
             stats.timing_seconds = ticket.waited
             t0 = time.perf_counter()
             stats.prompt_tokens = len(tokens)
-            stats.prompt_evaluated = self.target.sync(tokens)
+            stats.prompt_evaluated = self.target.sync(tokens, self._stop)
             stats.prompt_seconds = time.perf_counter() - t0
         except BaseException:
             ticket.release()
@@ -433,7 +433,8 @@ class RuntimeSession:
         reason = None
         message = ""
         try:
-            yield from loop(turn)
+            if self.target.pending:  # empty: stopped while its prompt was evaluated (KVState.sync)
+                yield from loop(turn)
             if turn.emitter.done is None:
                 turn.emitter.close("interrupted" if turn.stop_flag.is_set() else "max_tokens")
             reason = turn.emitter.done

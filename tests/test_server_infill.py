@@ -174,3 +174,20 @@ def test_a_model_without_fim_tokens_is_a_400(smollm2_path: Path) -> None:
         assert r.status_code == 400 and r.json()["error"]["param"] == "suffix"
     finally:
         s.stop()
+
+
+def test_a_superseded_request_stops_during_its_prompt(srv) -> None:
+    """A keystroke that lands while the older request's prompt is still being evaluated ends
+    that evaluation at the next batch: no answer, part of the prompt evaluated (and kept)."""
+    big = [{"filename": f"mod{i}.py", "text": "".join(f"def f{i}_{j}(x):\n    return x * {j}\n" for j in range(60))}
+           for i in range(3)]
+    body = {**BODY, "input_extra": big, "n_predict": 16, "id_slot": 9}
+    old: dict = {}
+    t = threading.Thread(target=lambda: old.update(infill(srv, body)))
+    t.start()
+    time.sleep(0.3)  # its prompt (about 2,000 tokens, 4 batches) is being evaluated
+    new = infill(srv, {**LIST, "n_predict": 2, "id_slot": 9})
+    t.join(120)
+    assert new["tokens_predicted"] == 2
+    assert old["tokens_predicted"] == 0 and old["stop_type"] == "none", old
+    assert 0 < old["timings"]["prompt_n"] < old["tokens_evaluated"], old["timings"]
