@@ -137,12 +137,15 @@ def typing(port: int, holes: list[Hole], n_predict: int, interval: float, keys: 
 
 
 def server_cmd(server: str, a: argparse.Namespace, port: int) -> tuple[list[str] | None, str]:
-    """(command, why not) for `localspec` or `llama-server:SPEC_TYPE`."""
+    """(command, why not) for `localspec[:METHOD]` or `llama-server:SPEC_TYPE`."""
     t = str(a.threads)
-    if server == "localspec":
+    if server.partition(":")[0] == "localspec":
+        method = server.partition(":")[2] or a.method
         cmd = [sys.executable, "-m", "localspec.cli", "serve", "-m", a.target, "--port", str(port), "-c", str(a.ctx),
-               "-t", t, "-n", str(a.n_predict), "--log-level", "warning", "--method", a.method]
-        return ([*cmd, "-md", a.draft] if a.draft else cmd) + shlex.split(a.localspec_args), ""
+               "-t", t, "-n", str(a.n_predict), "--log-level", "warning", "--method", method]
+        if a.draft and method != "ar":
+            cmd += ["-md", a.draft]
+        return cmd + (shlex.split(a.localspec_args) if method != "ar" else []), ""
     spec = server.partition(":")[2] or "none"
     binary = peer_tool("llama-server")
     if binary is None:
@@ -167,7 +170,7 @@ def bench_server(server: str, a: argparse.Namespace, holes: list[Hole]) -> Row:
         _wait_ready(port, proc, a.startup_timeout)
         post(port, holes[0].body(8))  # warm-up: first-request costs are not the server's speed
         row.samples = ask(port, holes, a.n_predict)
-        if server == "localspec" and a.typing > 0:
+        if server.startswith("localspec") and a.typing > 0:
             row.typing = typing(port, holes[: a.typing], a.n_predict, a.interval_ms / 1e3, a.keys)
     except (RuntimeError, OSError) as e:
         row.skipped = str(e)
@@ -201,7 +204,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-m", "--target", default="qwen2.5-coder-1.5b", help="target model (name or path)")
     p.add_argument("-md", "--draft", default="qwen2.5-coder-0.5b", help="draft model ('' for none)")
     p.add_argument("--servers", default=DEFAULT_SERVERS,
-                   help="comma-separated: localspec, llama-server:SPEC_TYPE (none, ngram-simple, ngram-map-k, "
+                   help="comma-separated: localspec (--method), localspec:METHOD (e.g. localspec:ar), llama-server:SPEC_TYPE (none, ngram-simple, ngram-map-k, "
                         "ngram-mod, ngram-cache, draft-simple)")
     p.add_argument("--holes", type=int, default=60, help="holes cut (both halves)")
     p.add_argument("--half", choices=("report", "tune", "all"), default="report",
@@ -227,9 +230,9 @@ def main(a: argparse.Namespace) -> int:
     if a.holes < 1 or a.n_predict < 1 or a.keys < 0 or a.interval_ms <= 0:
         raise ConfigError("--holes and -n must be >= 1, --keys >= 0 and --interval-ms > 0")
     servers = [s.strip() for s in a.servers.split(",") if s.strip()]
-    bad = [s for s in servers if s != "localspec" and not s.startswith("llama-server")]
+    bad = [s for s in servers if s.partition(":")[0] not in ("localspec", "llama-server")]
     if bad:
-        raise ConfigError(f"--servers: unknown {', '.join(bad)} (localspec, llama-server:SPEC_TYPE)")
+        raise ConfigError(f"--servers: unknown {', '.join(bad)} (localspec[:METHOD], llama-server:SPEC_TYPE)")
     holes = [h for h in cut_holes(a.holes, a.seed) if a.half in ("all", h.half)]
     if not holes:
         raise ConfigError("no holes cut: raise --holes")
