@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from localspec.backend.fim import NULL, FimTokens, FimUnsupportedError, build_infill
+from localspec.cli.main import main
 from localspec.config import GenConfig
 from localspec.decode.lines import LineRules
 from localspec.server.errors import ApiError
@@ -199,13 +200,14 @@ def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     (["--fim-prefix-file", "PRE", "--n-indent", "-1"], "--n-indent must be >= 0"),
     (["--fim-prefix-file", "BAD"], "not UTF-8"),
 ])
-def test_run_fim_flags_refused_before_a_model_loads(tmp_path: Path, args: list[str], says: str) -> None:
+def test_run_fim_flags_refused_before_a_model_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   args: list[str], says: str) -> None:
     (tmp_path / "PRE").write_text("def f():\n    ")
     (tmp_path / "BAD").write_bytes(b"x = '\xff'\n")
     args = [str(tmp_path / a) if a in ("PRE", "BAD") else a for a in args]
-    r = cli("run", "-m", "no-such-model.gguf", *args, timeout=60)
-    assert r.returncode == 2 and says in r.stderr, r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
+    assert main(["run", "-m", "no-such-model.gguf", *args]) == 2  # the model would not resolve
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_run_fim_on_a_model_without_fim_tokens_is_exit_2(smollm2_path: Path, tmp_path: Path) -> None:
