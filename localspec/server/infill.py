@@ -30,7 +30,7 @@ from localspec.server.schema import (
     request_body,
     response_options,
 )
-from localspec.server.stream import timings
+from localspec.server.stream import localspec_info, timings
 from localspec.session import FimInput
 
 INFILL_FIELDS = COMMON_FIELDS | {
@@ -111,10 +111,7 @@ class InfillShapes:
     """llama-server's /infill bodies (the /completion shape), with localspec's object."""
 
     def __init__(self, req: GenRequest, model: str, draft: str | None = None) -> None:
-        from localspec.server.stream import Shapes
-
-        self.req, self.model = req, model
-        self._oai = Shapes(req, model, draft)  # the `localspec` object and provenance, built once
+        self.req, self.model, self.draft = req, model, draft
         self._predicted = 0
 
     def first(self) -> dict | None:
@@ -152,7 +149,10 @@ class InfillShapes:
             "tokens_cached": max(0, st.prompt_tokens - st.prompt_evaluated),
             "timings": timings(st, queue_seconds),
         })
-        body["localspec"] = self._oai._extras(done, queue_seconds, segments)["localspec"]
+        info = localspec_info(done, self.req, queue_seconds, self.draft)
+        if segments is not None:
+            info["provenance"] = segments
+        body["localspec"] = info
         if self.req.response_fields is not None:
             return nested_values(self.req.response_fields, body)
         return body
