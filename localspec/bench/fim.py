@@ -82,8 +82,10 @@ def ask(port: int, holes: list[Hole], n_predict: int) -> list[dict]:
         content = got.get("content", "")
         out.append({"id": h.id, "kind": h.kind, "latency": latency, "tokens": got.get("tokens_predicted", 0),
                     "exact": h.exact(content), "content": content,
+                    "prompt_ms": got.get("timings", {}).get("prompt_ms", 0.0),
                     "drafted": got.get("timings", {}).get("draft_n", 0),
-                    "accepted": got.get("timings", {}).get("draft_n_accepted", 0)})
+                    "accepted": got.get("timings", {}).get("draft_n_accepted", 0),
+                    "ran": got.get("localspec", {}).get("ran")})  # what auto ran (localspec only)
     return out
 
 
