@@ -55,8 +55,7 @@ examples:
   localspec run -m smollm2-135m --method ar --raw -p "Once upon a time" -n 64
   echo "Explain RAII" | localspec run -m qwen2.5-coder-1.5b -f - --json
   localspec run ... --explain       # the cost model's table and why it chose what it chose
-  localspec run -m qwen2.5-coder-1.5b --fim-prefix-file before.py --fim-suffix-file after.py \
-      --n-indent 4 -n 64 --json      # fill in the middle: what goes between the two files
+  localspec run -m qwen2.5-coder-1.5b --fim-prefix-file a.py --fim-suffix-file b.py --n-indent 4 --json
 """
 
 CHAT_DESCRIPTION = """\
