@@ -161,6 +161,12 @@ class GenConfig:
     # token (a full prompt pass with logits at every position), n_predict may then be 0
     logprobs: int | None = None
     prompt_logprobs: int | None = None
+    # code completion's line rules (decode/lines.py, llama-server's names): end at a new line
+    # indented by fewer than n_indent characters, after max_lines lines, or at a new line
+    # once t_max_predict_ms have passed; 0 = off
+    n_indent: int = 0
+    max_lines: int = 0
+    t_max_predict_ms: float = 0.0
 
     @property
     def proposers(self) -> tuple[str, ...]:
@@ -235,6 +241,10 @@ class GenConfig:
             raise ConfigError(f"--spec-suffix-factor must be a number > 0 (got {self.suffix_factor})")
         if self.suffix_max_tokens < 1024:
             raise ConfigError(f"--spec-suffix-max-tokens must be >= 1024 (got {self.suffix_max_tokens})")
+        for name, value in (("n_indent", self.n_indent), ("max_lines", self.max_lines),
+                            ("t_max_predict_ms", self.t_max_predict_ms)):
+            if not 0 <= value < math.inf:
+                raise ConfigError(f"{name} must be >= 0 (got {value})")
         if self.n_predict < (0 if self.prompt_logprobs is not None else 1):
             raise ConfigError(f"-n/--n-predict must be >= 1 (got {self.n_predict})")
         for name, n in (("logprobs", self.logprobs), ("prompt_logprobs", self.prompt_logprobs)):

@@ -319,7 +319,8 @@ class StatsUpdate:
     stats: Stats
 
 
-DoneReason = Literal["eog", "max_tokens", "stop", "context_full", "interrupted"]
+# "limit": a line rule of code completion (decode/lines.py; Done.message names it)
+DoneReason = Literal["eog", "max_tokens", "stop", "context_full", "interrupted", "limit"]
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import numpy as np
 from localspec import costmodel
 from localspec.backend import Context, Model, check_vocab_compat
 from localspec.backend.chat import ChatTemplate
+from localspec.backend.fim import build_infill
 from localspec.backend.logs import configure_logging
 from localspec.backend.mtp import MtpHead
 from localspec.backend.offload import plan_pair
@@ -28,6 +29,7 @@ from localspec.decode.constrained import TurnConstraint
 from localspec.decode.drafters.suffix import SuffixStore
 from localspec.decode.drafters.suffix_shared import SharedSuffix, SlotSuffix
 from localspec.decode.emitter import Emitter
+from localspec.decode.lines import LineRules
 from localspec.decode.plan import Loop, fit_memory, pick_loop, plan_turn
 from localspec.decode.prompt_scores import PromptScorer
 from localspec.decode.state import KVState
@@ -37,7 +39,7 @@ from localspec.decode.turn import Turn
 from localspec.errors import ConfigError
 from localspec.events import Done, Event, PromptLogprobs, Stats
 from localspec.models.gguf import nextn_layers
-from localspec.session import Message, ProgressFn, Prompt, SessionOptions, ThinkMarkers
+from localspec.session import FimInput, Message, ProgressFn, Prompt, SessionOptions, ThinkMarkers
 from localspec.stopflag import StopFlag
 
 MAX_GRAMMARS = 32  # compiled grammars a session keeps (_turn_constraint)
@@ -244,6 +246,18 @@ class RuntimeSession:
         return self.target_model.tokenize(text, add_special=True, parse_special=False)
 
     @property
+    def fim_missing(self) -> list[str]:
+        return self.target_model.fim.missing
+
+    def fim_prompt(self, fim: FimInput, n_predict: int) -> list[int]:
+        tm = self.target_model
+        tm.fim.require(self.target_name)
+        opts = self.options
+        return build_infill(tm.fim, lambda t: tm.tokenize(t, add_special=False, parse_special=False), fim,
+                            n_batch=opts.n_batch, n_predict=n_predict, n_ctx=opts.n_ctx,
+                            bos=tm.bos if tm.add_bos and tm.bos >= 0 else None)
+
+    @property
     def n_vocab(self) -> int:
         """Token ids a prompt may hold: both models must know them (vocabularies of a pair
         may differ in size by up to 128)."""
@@ -405,7 +419,7 @@ class RuntimeSession:
             stats.prompt_tokens = len(tokens)
             scores = None
             if cfg.prompt_logprobs is None:
-                stats.prompt_evaluated = self.target.sync(tokens)
+                stats.prompt_evaluated = self.target.sync(tokens, self._stop)
             else:  # every position's logits (decode/prompt_scores.py)
                 stats.prompt_evaluated, entries = self._scorer.sync(self.target, self.target_model, tokens,
                                                                     cfg.prompt_logprobs)
@@ -445,7 +459,8 @@ class RuntimeSession:
             target_model=self.target_model,
             target=self.target,
             cfg=cfg,
-            emitter=Emitter(self.target_model, cfg.n_predict, cfg.stop),
+            emitter=Emitter(self.target_model, cfg.n_predict, cfg.stop,
+                            LineRules(cfg.n_indent, cfg.max_lines, cfg.t_max_predict_ms)),
             stats=stats,
             rng=np.random.default_rng(cfg.seed),
             stop_flag=self._stop,
@@ -460,13 +475,17 @@ class RuntimeSession:
         reason = None
         message = ""
         try:
-            if cfg.n_predict > 0:  # 0: the prompt's log-probabilities alone (GenConfig.prompt_logprobs)
+            # n_predict 0: the prompt's log-probabilities alone (GenConfig.prompt_logprobs);
+            # nothing pending: stopped while its prompt was evaluated (KVState.sync)
+            if cfg.n_predict > 0 and self.target.pending:
                 yield from loop(turn)
             if turn.emitter.done is None:
                 turn.emitter.close("interrupted" if turn.stop_flag.is_set() else "max_tokens")
             reason = turn.emitter.done
             if reason == "context_full":
                 message = "context full: start a new conversation or raise --ctx"
+            elif reason == "limit" and turn.emitter.lines is not None:
+                message = f"stopped by {turn.emitter.lines.note}"
         finally:
             if reason is None:  # Ctrl-C or an exception inside the loop
                 turn.emitter.close("interrupted")

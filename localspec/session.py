@@ -30,7 +30,7 @@ Prompt = Sequence[Message] | Sequence[int] | str
 """What `generate` takes: chat messages (rendered with the target's chat template),
 token ids (used as given), or raw text (tokenized, BOS added where the model wants it)."""
 
-__all__ = ["LoadOptions", "Message", "ProgressFn", "Prompt", "Session", "SessionOptions", "StopFlag", "ThinkMarkers"]
+__all__ = ["FimInput", "LoadOptions", "Message", "ProgressFn", "Prompt", "Session", "SessionOptions", "StopFlag", "ThinkMarkers"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,19 @@ class ThinkMarkers:
     open_ids: tuple[int, ...] = ()
     close_ids: tuple[int, ...] = ()
     source: str = "vocab"
+
+
+@dataclass(frozen=True)
+class FimInput:
+    """A fill-in-the-middle request (an editor's): the text before and after the cursor,
+    neighbouring files as {"filename", "text"} chunks (llama-server's `input_extra`), and
+    `prompt`, text already typed at the cursor that the answer continues. Session.fim_prompt
+    makes the prompt tokens of it with the target's own FIM tokens (backend/fim.py)."""
+
+    prefix: str
+    suffix: str
+    extra: tuple[Mapping[str, str], ...] = ()
+    prompt: str = ""
 
 
 @dataclass
@@ -154,6 +167,19 @@ class Session(Protocol):
 
     def tokenize(self, text: str) -> list[int]:
         """Target token ids of raw text, BOS added where the model wants it."""
+        ...
+
+    @property
+    def fim_missing(self) -> list[str]:
+        """The fill-in-the-middle tokens the target lacks (["pre", "suf", "mid"] for a model
+        that cannot fill in; [] for a FIM model): what a frontend checks before it takes
+        a FIM request."""
+        ...
+
+    def fim_prompt(self, fim: FimInput, n_predict: int) -> list[int]:
+        """Prompt token ids for `fim` in the target's FIM format, cut to the context as
+        llama-server's /infill cuts it (`n_predict` is reserved for the answer); pass them to
+        `generate`. Raises LocalspecError for a model without FIM tokens."""
         ...
 
     def explain(self, cfg: GenConfig) -> str:

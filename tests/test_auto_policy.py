@@ -49,11 +49,13 @@ class FakeModel(DrafterBase):
         self.learned.append(outcome)
 
 
-def make_turn(history: list[int], cm: CostModel, **cfg) -> NS:
+def make_turn(history: list[int], cm: CostModel, behind: int = 0, remaining: int = 256, **cfg) -> NS:
     cfg = GenConfig(method="auto", sampling=SamplingConfig(temp=0.0), auto_K=True, auto_L=True, **cfg)
     target, draft = (KVState(NS(memory=Memory.ATTENTION, n_seq_max=8, n_batch=512)) for _ in range(2))
     target.tokens = list(history)
-    return NS(cfg=cfg, stats=Stats(method="auto"), costs=cm, target=target, draft=draft)
+    draft.tokens = list(history[:len(history) - behind])  # the draft's cache: caught up unless told
+    return NS(cfg=cfg, stats=Stats(method="auto"), costs=cm, target=target, draft=draft,
+              emitter=NS(remaining=remaining))
 
 
 def result(tau: int, drafted: int, token: int = 0) -> IterationResult:
@@ -182,3 +184,19 @@ def test_it_stacks_where_the_learned_gain_buys_the_rows(gain, stacks):
     assert plan.role == ("stack" if stacks else "model")
     if stacks:
         assert plan.drafter is policy.stacks.stack and plan.drafter.extra_drafts == 1
+
+
+def test_a_draft_far_behind_on_a_short_answer_is_not_worth_its_catch_up():
+    """An editor's completion: 2,000 prompt tokens the draft has not seen, 16 tokens to
+    write. Evaluating them on the draft costs more than speculating saves: plain decoding
+    (lookups still draft), said in the note; with a long answer ahead the draft runs."""
+    cm = CostModel(FLAT, CostCurve([1, 8, 64], [0.002, 0.004, 0.02]))  # 2,000 behind: ~0.6 s
+    history = list(range(2000))
+    short = make_turn(history, cm, behind=2000, remaining=16)
+    policy = AutoPolicy(short, cm, FakeModel(), None, None)
+    assert policy.settings is None and "prompt tokens to evaluate first" in short.stats.choice_note
+    assert policy.next().role == "ar"
+    long = make_turn(history, cm, behind=2000, remaining=100_000)
+    assert AutoPolicy(long, cm, FakeModel(), None, None).settings is not None
+    caught_up = make_turn(history, cm, behind=0, remaining=16)
+    assert AutoPolicy(caught_up, cm, FakeModel(), None, None).settings is not None

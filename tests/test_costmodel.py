@@ -106,7 +106,7 @@ def test_auto_shortens_drafts_only_where_that_stays_exact() -> None:
 
     def settings(temp: float, K: int):
         cfg = GenConfig(method="auto", K=K, auto_L=True, sampling=SamplingConfig(temp=temp))
-        return _decide(cm, SimpleNamespace(cfg=cfg, stats=Stats()))
+        return _decide(cm, SimpleNamespace(cfg=cfg, stats=Stats(), draft=None))
 
     multi = settings(0.7, 2)
     assert multi is not None and multi.method == "mdbv" and multi.K == 2

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import llama_cpp
 
+from localspec.backend.fim import FimTokens
 from localspec.backend.logs import configure_logging, raise_pending
 from localspec.backend.memory import Memory, memory_of
 from localspec.backend.offload import model_params, plan_models
@@ -100,6 +101,11 @@ class Model:
         """The jinja chat template stored in the GGUF (None if the model has none)."""
         raw = llama_cpp.llama_model_chat_template(self.ptr, None)
         return raw.decode("utf-8", errors="replace") if raw else None
+
+    @cached_property
+    def fim(self) -> FimTokens:
+        """The vocabulary's fill-in-the-middle token ids (backend/fim.py)."""
+        return FimTokens.of_vocab(self.vocab)
 
     def token_text(self, token: int) -> bytes:
         """Raw vocabulary text of a token (as stored, e.g. with the BPE space marker)."""

@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,7 +31,7 @@ from pathlib import Path
 from localspec.bench.agent_client import Step, StepResult, check_calls, stream_step
 from localspec.bench.common import machine_info, write_json
 from localspec.bench.peer import SERVER_BIN, peer_tool
-from localspec.bench.serve import _free_port, _wait_ready, stop_process
+from localspec.bench.serve import _free_port, _wait_ready, start_server, stop_server
 from localspec.bench.serve_peer import llama_server_cmd, localspec_cmd
 
 TRACES = Path(__file__).parent / "prompts" / "agent.jsonl"
@@ -118,9 +116,7 @@ def run_server(kind: str, a: argparse.Namespace, steps: list[Step]) -> Run:
         run.skipped = why
         return run
     run.command = cmd
-    # stderr to a file, not a pipe: a pipe nobody reads fills and blocks the server
-    log = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+    proc, log = start_server(cmd)
     try:
         _wait_ready(port, proc, a.ready_timeout)
         # one warm-up request (loads, first allocation) outside the timing
@@ -146,12 +142,9 @@ def run_server(kind: str, a: argparse.Namespace, steps: list[Step]) -> Run:
             t.join()
         run.wall = time.perf_counter() - t0
     except (RuntimeError, OSError) as e:
-        log.seek(0)
-        tail = (log.read().strip().splitlines() or [""])[-1]
-        run.skipped = f"{e}" + (f" | {tail}" if tail else "")
+        run.skipped = str(e)
     finally:
-        stop_process(proc)
-        log.close()
+        stop_server(proc, log, run)  # a skipped run gets the server's last stderr line
     for r in run.results:
         check_calls(r)
     return run

@@ -10,12 +10,29 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    b = sub.add_parser("bench", help="benchmarks: speed, ar, tables, memory, suffix, slots, ceiling, constraint, agent; parse and verify (own --help)",
+    b = sub.add_parser("bench", help="benchmarks: speed, ar, tables, memory, suffix, slots, ceiling, constraint, agent, fim; parse and verify (own --help)",
                        epilog="also `localspec bench parse --help` (PARSE accuracy and speed on HumanEval) and "
                               "`localspec bench verify --help` (verifier micro-benchmark)")
     bsub = b.add_subparsers(dest="bench_command", metavar="BENCH")
 
-    from localspec.bench import agent, ar, ceiling, constraint, memory, slots, speed, suffix, tables
+    from localspec.bench import (
+        agent,
+        ar,
+        ceiling,
+        constraint,
+        fim,
+        memory,
+        slots,
+        speed,
+        suffix,
+        tables,
+    )
+
+    f = bsub.add_parser("fim", help="code completion (/infill) latency and exact match on stdlib holes, beside llama-server",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                        epilog="example: localspec bench fim --holes 20 -t 2 --out fim.json")
+    fim.add_args(f)
+    f.set_defaults(func=fim.main)
 
     s = bsub.add_parser("speed", help="tok/s of AR, each method and llama.cpp's speculative loop, interleaved",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import IO, Any
 
 from localspec.bench.common import load_prompts, machine_info, write_json
 from localspec.bench.serve_clients import Result, Sample, run_load, stream_chat, tree_rss_kib
@@ -79,10 +80,7 @@ def bench_one(kind: str, a: argparse.Namespace, prompts: list[str]) -> Result:
         return res
     if kind == "localspec" and a.np > 1 and slots == 1:
         res.note = "localspec serve has no slots flag (-np/--parallel): ran with one slot"
-    # stderr to a file, not a pipe: llama-server logs every request, and a pipe nobody reads
-    # fills (64 KiB) and blocks the server mid-load
-    log = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+    proc, log = start_server(cmd)
     try:
         _wait_ready(port, proc, a.startup_timeout)
         stream_chat(port, prompts[0], 4)  # warm-up (first-request costs are not the server's speed)
@@ -96,23 +94,30 @@ def bench_one(kind: str, a: argparse.Namespace, prompts: list[str]) -> Result:
     except (RuntimeError, OSError) as e:
         res.skipped = str(e)
     finally:
-        stop_process(proc)
-        log.seek(0)
-        err = log.read().strip()
-        log.close()
-        if res.skipped and err:
-            res.skipped += " | " + err.splitlines()[-1]
+        stop_server(proc, log, res)
     return res
 
 
-def stop_process(proc: subprocess.Popen) -> None:
-    """Stop a server: SIGTERM, then SIGKILL after 30 s."""
+def start_server(cmd: list[str]) -> tuple[subprocess.Popen, IO[str]]:
+    """Start a server; its stderr goes to a file, not a pipe: llama-server logs every request,
+    and a pipe nobody reads fills (64 KiB) and blocks the server mid-load."""
+    log = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log), log
+
+
+def stop_server(proc: subprocess.Popen, log: IO[str], res: Any) -> None:
+    """Stop a server the bench started; a skipped `res` gets its stderr's last line (why)."""
     proc.terminate()
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    log.seek(0)
+    err = log.read().strip()
+    log.close()
+    if res.skipped and err:
+        res.skipped += " | " + err.splitlines()[-1]
 
 
 def _pct(xs: list[float], q: float) -> float:

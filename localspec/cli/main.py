@@ -13,6 +13,7 @@ import sys
 
 from localspec import __version__
 from localspec.cli import reasoning as cr
+from localspec.cli.fim import add_fim_args, fim_input
 from localspec.cli.input import read_prompt
 from localspec.cli.interrupt import CtrlC, close_session, ctrl_c_stops
 from localspec.cli.parser import HelpFormatter, Parser
@@ -21,7 +22,7 @@ from localspec.errors import LocalspecError
 from localspec.events import Done, Stats
 from localspec.flags.args import add_gen_args, add_model_args, asked_of, session_options
 from localspec.flags.reasoning import add_reasoning_format_arg
-from localspec.session import SessionOptions
+from localspec.session import FimInput, SessionOptions
 from localspec.settings import Asked, check, resolve
 
 EPILOG = """examples:
@@ -54,6 +55,7 @@ examples:
   localspec run -m smollm2-135m --method ar --raw -p "Once upon a time" -n 64
   echo "Explain RAII" | localspec run -m qwen2.5-coder-1.5b -f - --json
   localspec run ... --explain       # the cost model's table and why it chose what it chose
+  localspec run -m qwen2.5-coder-1.5b --fim-prefix-file a.py --fim-suffix-file b.py --n-indent 4 --json
 """
 
 CHAT_DESCRIPTION = """\
@@ -136,7 +138,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     from localspec.runtime import open_session
 
     asked = asked_of(a)  # 1. the flags, checked (localspec.settings)
-    prompt = read_prompt(a)
+    fim = fim_input(a)  # fill in the middle: the prompt is made once the target is loaded
+    prompt = fim if fim is not None else read_prompt(a)
+    asked.cfg.n_indent, asked.cfg.max_lines = a.n_indent, a.max_lines
     target, draft = _resolve_pair(a, need_default=False)
     if asked.cfg.method == "ar" and not a.explain:
         draft = None if a.draft is None else draft
@@ -154,7 +158,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     return 0
 
 
-def _answer(a: argparse.Namespace, sess, prompt: str, asked: Asked, target: str, draft: str | None,
+def _answer(a: argparse.Namespace, sess, prompt: str | FimInput, asked: Asked, target: str, draft: str | None,
             ctrl_c: CtrlC) -> None:
     """Generate and print `run`'s answer and its stats line or --json line. After a Ctrl-C
     that came before the generation (while the models loaded), nothing is generated and
@@ -164,10 +168,13 @@ def _answer(a: argparse.Namespace, sess, prompt: str, asked: Asked, target: str,
         print(sess.explain(settings.cfg), file=sys.stderr)
         print(settings.sampling_line(), file=sys.stderr)
     spans = SpanLog() if a.json else None  # who wrote each part of the text (--json)
+    raw = a.raw
+    if isinstance(prompt, FimInput):  # the target's FIM format (a model without it: exit 2)
+        prompt, raw = sess.fim_prompt(prompt, settings.cfg.n_predict), True
     if ctrl_c.pressed:
         done, thinking = Done("interrupted", "", Stats(method=asked.cfg.method)), None
     else:  # thinking models: reasoning apart, budget
-        done, thinking = cr.run_answer(sess, prompt, settings, raw=a.raw, fmt=a.reasoning_format, spans=spans)
+        done, thinking = cr.run_answer(sess, prompt, settings, raw=raw, fmt=a.reasoning_format, spans=spans)
     st = done.stats
     if done.message:
         print(f"\n[{done.message}]", file=sys.stderr)
@@ -273,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print one JSON object with text and stats as the last line")
     r.add_argument("--explain", action="store_true", help="print the cost model's prediction table and choice")
     add_gen_args(r)
+    add_fim_args(r)
     add_reasoning_format_arg(r)
     r.set_defaults(func=cmd_run)
 

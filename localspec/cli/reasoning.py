@@ -114,7 +114,7 @@ def _print(events: Iterable[Event], pieces_of, fmt: str, out: TextIO | None, err
     return done
 
 
-def run_answer(session: Session, prompt: str, settings: Settings, *, raw: bool = False, fmt: str = "show",
+def run_answer(session: Session, prompt: str | list[int], settings: Settings, *, raw: bool = False, fmt: str = "show",
                out: TextIO | None = None, err: TextIO | None = None,
                spans: SpanLog | None = None) -> tuple[Done, ThinkingRun]:
     """`run`'s generation: the prompt (chat-templated unless --raw) with the thinking settings

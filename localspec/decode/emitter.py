@@ -1,4 +1,4 @@
-"""Turns committed tokens into visible text: EOG, token budget, stop strings, UTF-8.
+"""Turns committed tokens into visible text: EOG, token budget, stop strings, line rules, UTF-8.
 
 Shared by every loop so AR, speculative and PARSE stop in exactly the same places and the
 same text reaches the user.
@@ -7,13 +7,16 @@ same text reaches the user.
 from __future__ import annotations
 
 from localspec.backend import Detokenizer, Model
+from localspec.decode.lines import LineRules
 
 
 class Emitter:
     """Accumulates the visible answer of one turn."""
 
-    def __init__(self, model: Model, n_predict: int, stop: list[str] | None = None) -> None:
+    def __init__(self, model: Model, n_predict: int, stop: list[str] | None = None,
+                 lines: LineRules | None = None) -> None:
         self.model = model
+        self.lines = lines if lines is not None and lines.active else None  # "limit": lines.note says which
         self.n_predict = n_predict
         self.stop = [s for s in (stop or []) if s]
         self.detok = Detokenizer(model)
@@ -43,7 +46,13 @@ class Emitter:
                 break
             self.tokens.append(tok)
             taken += 1
-            out.append(self._visible(self.detok.push([tok])))
+            piece = self._visible(self.detok.push([tok]))
+            if self.lines is not None and piece:
+                piece, ended = self.lines.feed(piece)
+                if ended:
+                    self.done = "limit"
+                    self._held = ""
+            out.append(piece)
             if self.done is None and len(self.tokens) >= self.n_predict:
                 self.done = "max_tokens"
         if self.done in ("eog", "max_tokens"):
@@ -75,7 +84,7 @@ class Emitter:
 
     def finish(self) -> str:
         """Release withheld text at the end of the turn (not after a stop string)."""
-        if self.done == "stop":
+        if self.done in ("stop", "limit"):
             return ""
         rest = self._held + self.detok.flush()
         self._held = ""

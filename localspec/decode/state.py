@@ -32,6 +32,7 @@ import numpy as np
 from localspec.backend import Context
 from localspec.backend.memory import Memory
 from localspec.errors import ContextFullError, SeqOpError
+from localspec.stopflag import StopFlag
 
 MAIN = 0  # main sequence id; drafts / PARSE cuts use 1..n_seq_max-1
 SCORE_CHUNK = 64  # prompt positions per decode when every position's logits are read (sync's on_rows)
@@ -70,12 +71,15 @@ class KVState:
     def committed(self) -> list[int]:
         return self.tokens + self.pending
 
-    def sync(self, target: list[int], *, reuse: int | None = None,
+    def sync(self, target: list[int], stop: StopFlag | None = None, *, reuse: int | None = None,
              on_rows: Callable[[np.ndarray, int], None] | None = None) -> int:
         """Make seq 0 hold target[:-1] with target[-1] pending, reusing the cached prefix.
 
         Returns the number of tokens evaluated (0 when the prefix was already cached): the
-        second turn of a chat only evaluates its own new tokens.
+        second turn of a chat only evaluates its own new tokens. A raised `stop` ends the
+        evaluation between two batches (an editor's superseded completion must not spend
+        seconds on a prompt nobody waits for): the cache keeps the prefix evaluated so far
+        (a valid prefix, reused by the next request that shares it) and nothing is pending.
 
         Scoring a prompt (decode/prompt_scores.py): `on_rows(logits, pos)` gets the logits
         of every evaluated position, chunk by chunk (row i is position pos + i), and at most
@@ -101,6 +105,9 @@ class KVState:
             return self._sync_scored(todo, on_rows)
         n_batch = self.ctx.n_batch
         for start in range(0, len(todo), n_batch):
+            if stop is not None and stop.is_set():
+                self.pending = []
+                return start
             chunk = todo[start : start + n_batch]
             b = self.ctx.batch.clear()
             b.add_sequence(chunk, len(self.tokens), MAIN, logits_last=False)

@@ -32,10 +32,11 @@ from localspec.server.anthropic_in import count_tokens as count_tokens_of
 from localspec.server.anthropic_in import parse_anthropic, parse_count
 from localspec.server.anthropic_out import ANTHROPIC
 from localspec.server.body import read_json
-from localspec.server.dialect import OPENAI, Dialect, Translator
+from localspec.server.dialect import INFILL, OPENAI, Dialect, Translator
 from localspec.server.errors import ApiError
 from localspec.server.guard import Guard
 from localspec.server.hosts import LOOPBACK_NAMES
+from localspec.server.infill import InfillShapes, parse_infill, supersede_key
 from localspec.server.logprobs import Scores
 from localspec.server.metrics import CONTENT_TYPE, CountStatuses, Metrics
 from localspec.server.responses_in import parse_responses
@@ -92,6 +93,9 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
         limits = dataclasses.replace(limits, n_vocab=getattr(session, "n_vocab", None))
     if limits.tool_format is None:  # how the chat template writes tool calls (None: it renders no tools)
         limits = dataclasses.replace(limits, tool_format=detect_format(session))
+    # FIM requests: the model's FIM tokens, and each client's latest one (server/infill.py)
+    limits = dataclasses.replace(limits, fim_missing=tuple(getattr(session, "fim_missing", ("pre", "suf", "mid"))))
+    latest: dict[str, Job] = {}
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -145,6 +149,9 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
     async def responses(request: Request) -> Response:
         return await _generate(request, parse_responses, RESPONSES)
 
+    async def infill(request: Request) -> Response:
+        return await _generate(request, parse_infill, INFILL)
+
     async def count_tokens(request: Request) -> Response:
         """Anthropic's token count: the prompt rendered and tokenized, nothing generated
         (off the event loop, beside the slots: it touches no context)."""
@@ -167,6 +174,7 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
             req = parse(await read_json(request, config.max_body), limits)
             out = dialect.translator(req, config.model_id)
             job = Job(req, asyncio.get_running_loop())
+            _supersede(job, supersede_key(req, request.client.host if request.client else None))
             try:
                 worker.submit(job)
                 metrics.submitted(job.id)
@@ -176,7 +184,7 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
                                headers={"Retry-After": str(e.retry_after)}) from None
             except ShuttingDown:
                 raise _shutting_down() from None
-            shapes = Shapes(req, config.model_id, config.draft)
+            shapes = (InfillShapes if req.kind == "infill" else Shapes)(req, config.model_id, config.draft)
             try:
                 first = await _next(job, request)
                 if first[0] != "start":
@@ -192,6 +200,18 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
             return dialect.refuse(e)
         except (ClientGone, ClientDisconnect):  # ClientDisconnect: gone while sending its body
             return Response(status_code=499)
+
+    def _supersede(job: Job, key: str | None) -> None:
+        """An editor typed on: the client's previous FIM request stops (within one iteration;
+        skipped if still queued) and this one becomes its latest."""
+        if key is None:
+            return
+        old = latest.get(key)
+        latest[key] = job
+        if old is not None:
+            worker.cancel(old)
+        for k in [k for k, j in latest.items() if j.finished and k != key]:  # forget finished clients
+            del latest[k]
 
     def _abandon(job: Job) -> None:
         """The handler is done with `job` (finished, client gone, server stopping)."""
@@ -218,6 +238,7 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
             Route(f"{prefix}/messages/count_tokens", count_tokens, methods=["POST"]),
             Route(f"{prefix}/responses", responses, methods=["POST"]),
         ]
+    routes.append(Route("/infill", infill, methods=["POST"]))
     routes.append(Route("/health", health, methods=["GET"]))
     routes.append(Route("/slots", slots, methods=["GET"]))
     routes.append(Route("/metrics", prometheus, methods=["GET"]))
@@ -309,7 +330,7 @@ def _failed(item: tuple, req: GenRequest, dialect: Dialect) -> Response:
 
 
 def _error_for(e: BaseException, req: GenRequest) -> ApiError:
-    param = "messages" if req.kind == "chat" else "prompt"
+    param = {"chat": "messages", "infill": "input_prefix"}.get(req.kind, "prompt")
     if isinstance(e, ContextFullError):
         return ApiError(400, str(e), param=param, code="context_length_exceeded")
     if isinstance(e, LocalspecError):
@@ -323,7 +344,7 @@ def _scores(req: GenRequest) -> Scores:
     return Scores(req.prompt, req.kind == "chat", req.logprobs, req.echo, req.cfg.prompt_logprobs is not None)
 
 
-async def _collect(job: Job, request: Request, shapes: Shapes, metrics: Metrics, dialect: Dialect,
+async def _collect(job: Job, request: Request, shapes: Shapes | InfillShapes, metrics: Metrics, dialect: Dialect,
                    out: Translator) -> Response:
     segments: list[dict] = []
     scores = _scores(shapes.req)
@@ -344,7 +365,7 @@ async def _collect(job: Job, request: Request, shapes: Shapes, metrics: Metrics,
         return _failed(item, shapes.req, dialect)
 
 
-async def _sse(job: Job, shapes: Shapes, metrics: Metrics, out: Translator) -> AsyncIterator[str]:
+async def _sse(job: Job, shapes: Shapes | InfillShapes, metrics: Metrics, out: Translator) -> AsyncIterator[str]:
     """The event stream: text as the worker produces it, coalesced when the client is slower;
     `out` turns the chat chunks into the route's own events (dialect.py)."""
     first = shapes.first()

@@ -67,7 +67,16 @@ class Dialect:
     translator: Callable[[GenRequest, str], Translator]
 
 
+class LlamaCompletion(OpenAIChat):
+    """llama-server's /completion stream (what /infill streams): one object per event, and
+    no `[DONE]` at the end."""
+
+    def end(self) -> list[str]:
+        return []
+
+
 OPENAI = Dialect(refuse=ApiError.response, translator=lambda req, model: OpenAIChat())
+INFILL = Dialect(refuse=ApiError.response, translator=lambda req, model: LlamaCompletion())
 
 
 def event(name: str, data: dict) -> str:

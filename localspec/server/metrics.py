@@ -30,9 +30,9 @@ from localspec.events import Done
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # what llama-server and prometheus_client send
 # vLLM's finished_reason values for localspec's stop reasons
 FINISHED = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context_full": "length",
-            "interrupted": "abort"}
+            "interrupted": "abort", "limit": "length"}
 PROPOSERS = ("draft", "ngram", "suffix")  # always exported (zeros included); "mtp" once it drafted
-ENDPOINTS = {"/chat/completions": "chat", "/completions": "completions", "/models": "models",
+ENDPOINTS = {"/chat/completions": "chat", "/completions": "completions", "/models": "models", "/infill": "infill",
              "/health": "health", "/metrics": "metrics", "/messages": "messages",
              "/messages/count_tokens": "count_tokens", "/responses": "responses"}
 

@@ -26,6 +26,7 @@ from localspec.server.fields import (
     get_object,
     in_range,
 )
+from localspec.server.fim_fields import completion_fim
 from localspec.server.messages import parse_messages, parse_prompt
 from localspec.server.structured import FIELDS as STRUCTURED
 from localspec.server.structured import constraint_of
@@ -33,7 +34,7 @@ from localspec.server.thinking import FIELDS as REASONING_FIELDS
 from localspec.server.thinking import check_template_kwargs, reasoning_budget, reasoning_format
 from localspec.server.tools import FIELDS as TOOL_FIELDS
 from localspec.server.tools import ToolRequest, parse_tools, template_tools, tool_constraint
-from localspec.session import Prompt
+from localspec.session import FimInput, Prompt
 from localspec.settings import batch_minimum
 from localspec.toolcall import Format
 
@@ -44,10 +45,11 @@ _FLAT_SPEC = {"speculative.n_max": "n_max", "speculative.n_min": "n_min", "specu
 _COMMON = frozenset({
     "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "n_predict",
     "temperature", "top_p", "top_k", "min_p", "seed", "stop", "speculative", "localspec", *_FLAT_SPEC,
-    *STRUCTURED,
+    *STRUCTURED, "n_indent", "t_max_predict_ms",
 })
+COMMON_FIELDS = _COMMON
 CHAT_FIELDS = _COMMON | {"messages", "chat_template_kwargs"} | REASONING_FIELDS | lp.CHAT_FIELDS | TOOL_FIELDS
-COMPLETION_FIELDS = _COMMON | {"prompt"} | lp.COMPLETION_FIELDS
+COMPLETION_FIELDS = _COMMON | {"prompt", "suffix"} | lp.COMPLETION_FIELDS
 
 
 @dataclass
@@ -64,13 +66,14 @@ class Limits:
     template_kwargs: dict | None = None  # --reasoning on/off -> {"enable_thinking": ...}
     n_vocab: int | None = None  # token ids a prompt may hold (create_app fills it from the session)
     tool_format: Format | None = None  # the chat template's tool-call format (create_app: None = renders no tools)
+    fim_missing: tuple[str, ...] = ()  # FIM tokens the model lacks (create_app fills it; server/infill.py)
 
 
 @dataclass
 class GenRequest:
     """One parsed request: everything the worker and the response builders need."""
 
-    kind: str  # "chat" | "completion"
+    kind: str  # "chat" | "completion" | "infill"
     prompt: Prompt
     cfg: GenConfig
     prefill: str = ""
@@ -86,6 +89,12 @@ class GenRequest:
     tools: ToolRequest | None = None  # chat: tools / tool_choice (server/tools.py)
     tool_format: Format | None = None  # how the answer's calls are written (toolcall/formats.py)
     settings: dict = field(default_factory=dict)  # the Messages / Responses request's own fields its answer repeats
+    # fill-in-the-middle (/infill, /v1/completions with suffix): the worker asks the session
+    # for its prompt tokens; `prompt` is then only the slot-similarity key (server/infill.py)
+    fim: FimInput | None = None
+    id_slot: int = -1  # /infill: echoed back, as llama-server does
+    supersede: str | None = None  # /infill: the client key a newer request replaces this one by
+    response_fields: list[str] | None = None  # /infill: llama-server's response_fields
 
 
 def parse_chat(body: object, limits: Limits) -> GenRequest:
@@ -105,10 +114,10 @@ def parse_chat(body: object, limits: Limits) -> GenRequest:
     if tools is not None and tools.active:
         tk = {**(tk or {}), **template_tools(tools)}
     asked = lp.parse_chat(body)
-    cfg = _gen_config(body, limits, ignored, asked)
+    cfg = gen_config(body, limits, ignored, asked)
     spec = tool_constraint(tools, limits.tool_format)
     if spec is not None:
-        if constraint_of(body) is not None:  # checked again: _gen_config read it already
+        if constraint_of(body) is not None:  # checked again: gen_config read it already
             raise invalid("tool_choice", "Invalid 'tool_choice': a tool call and a response_format / grammar / "
                           "json_schema cannot both hold the answer; send tool_choice 'none' or drop the format.")
         cfg.constraint = spec
@@ -118,7 +127,7 @@ def parse_chat(body: object, limits: Limits) -> GenRequest:
                      reasoning_budget=reasoning_budget(body, limits.reasoning_budget), logprobs=asked.top,
                      tools=tools if tools is not None and tools.active else None,
                      tool_format=limits.tool_format)
-    _response_options(body, req, limits.lenient)
+    response_options(body, req, limits.lenient)
     return req
 
 
@@ -129,14 +138,25 @@ def parse_completion(body: object, limits: Limits) -> GenRequest:
     if "prompt" not in body:
         raise ApiError(400, "Missing required parameter: 'prompt'.", param="prompt", code="missing_required_parameter")
     prompt = parse_prompt(body["prompt"], limits.n_vocab)
-    check_prompt(prompt, limits.n_ctx)
+    fim = completion_fim(body, prompt, limits.fim_missing)
+    if fim is None:  # a FIM prompt is cut to the context as /infill cuts it
+        check_prompt(prompt, limits.n_ctx)
     asked = lp.parse_completion(body)
-    cfg = _gen_config(body, limits, ignored, asked)
+    cfg = gen_config(body, limits, ignored, asked)
     if asked.echo and (asked.top is not None or not isinstance(prompt, str) or cfg.n_predict == 0):
+        if fim is not None:
+            raise invalid("echo", "Invalid 'echo': a fill-in-the-middle request (suffix) does not echo its prompt.")
         cfg.prompt_logprobs = asked.top or 0  # token ids' text and max_tokens 0 need the prompt pass
-    req = GenRequest("completion", prompt, cfg, ignored=ignored, logprobs=asked.top, echo=asked.echo)
-    _response_options(body, req, limits.lenient)
+    req = GenRequest("completion", prompt, cfg, ignored=ignored, logprobs=asked.top, echo=asked.echo, fim=fim)
+    response_options(body, req, limits.lenient)
     return req
+
+
+def request_body(body: object, fields: frozenset[str], limits: Limits) -> tuple[dict, list[str]]:
+    """The body as an object, and the unknown fields accepted (--ignore-unknown-fields);
+    refuses a field that would change the answer (fields.py)."""
+    body = _object(body)
+    return body, check_policy(body, fields, limits.lenient)
 
 
 def _object(body: object) -> dict:
@@ -145,7 +165,7 @@ def _object(body: object) -> dict:
     return body
 
 
-def _response_options(body: Mapping[str, object], req: GenRequest, lenient: bool) -> None:
+def response_options(body: Mapping[str, object], req: GenRequest, lenient: bool) -> None:
     req.stream = get_bool(body, "stream", False)
     so = get_object(body, "stream_options")
     if so is not None:
@@ -174,7 +194,7 @@ def _n_predict(body: Mapping[str, object], limits: Limits, lo: int = 1) -> int |
     return next(iter(given.values()), None)
 
 
-def _gen_config(body: Mapping[str, object], limits: Limits, ignored: list[str], asked: lp.Asked) -> GenConfig:
+def gen_config(body: Mapping[str, object], limits: Limits, ignored: list[str], asked: lp.Asked | None = None) -> GenConfig:
     cfg = copy.deepcopy(limits.cfg)
     n = _n_predict(body, limits, 0 if asked.echo else 1)  # echo + max_tokens 0: the prompt's scores alone
     if n is not None:
@@ -203,8 +223,13 @@ def _gen_config(body: Mapping[str, object], limits: Limits, ignored: list[str], 
     cfg.constraint = constraint_of(body) or cfg.constraint
     _speculative(body, cfg, limits.lenient, ignored)
     _fits(body, cfg, limits)
-    cfg.logprobs = asked.top
-    lp.check_method(cfg)
+    if asked is not None:
+        cfg.logprobs = asked.top
+        lp.check_method(cfg)
+    n_indent = get_int(body, "n_indent", lo=0)  # llama-server's code-completion stops (decode/lines.py)
+    cfg.n_indent = cfg.n_indent if n_indent is None else n_indent
+    t_max = get_number(body, "t_max_predict_ms")
+    cfg.t_max_predict_ms = cfg.t_max_predict_ms if t_max is None else max(0.0, t_max)  # <= 0: no limit
     return cfg
 
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from localspec.events import Done, Stats
 from localspec.server.schema import GenRequest
 
-FINISH = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context_full": "length", "interrupted": "stop"}
+FINISH = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context_full": "length", "interrupted": "stop",
+          "limit": "length"}
 
 DONE_LINE = "data: [DONE]\n\n"
 

@@ -84,6 +84,8 @@ def splits(session: Session, fmt: str) -> bool:
 def start(session: Session, req) -> Iterator[Event] | ThinkingRun:
     """The events of one request: a ThinkingRun for chat on a thinking model (split, budget,
     history rule), the session's own generate() otherwise. Bad input raises here."""
+    if req.fim is not None:  # fill-in-the-middle: the target's own FIM format (server/infill.py)
+        return session.generate(session.fim_prompt(req.fim, req.cfg.n_predict), req.cfg)
     if req.kind != "chat" or markers_of(session) is None:
         return session.generate(req.prompt, req.cfg, prefill=req.prefill, template_kwargs=req.template_kwargs)
     prompt = answer_only(req.prompt, markers_of(session))

@@ -7,10 +7,11 @@ into one llama_decode per round (backend/slots.py). A slot's whole generation ru
 `pool.active(slot)`, which is what lets the others batch with it. HTTP handlers run on the
 event loop; they submit a Job and read its items from an asyncio queue that the slot feeds
 through `loop.call_soon_threadsafe`. A full queue is refused at once (429), a cancelled job
-(client gone) is skipped if it has not started, generates nothing if its client left while
-its prompt was being prepared (rendered, tokenized, evaluated: steps a stop cannot cut short,
-bounded by the request's size, server/bounds.py), and is stopped within one decoding
-iteration if it is generating (`Session.stop` on its slot's session).
+(client gone, or superseded by a newer FIM request: server/infill.py) is skipped if it has
+not started, generates nothing if its client left while its prompt was being prepared
+(rendered and tokenized, bounded by the request's size, server/bounds.py; the evaluation
+itself stops at the next batch: KVState.sync), and is stopped within one decoding iteration
+if it is generating (`Session.stop` on its slot's session).
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from localspec.decode.speculative import (
     drive,
     make_drafter,
 )
+from localspec.decode.state import common_prefix
 from localspec.decode.turn import Turn
 from localspec.events import Event
 
@@ -40,8 +41,42 @@ RETEST_L = 2
 AR_CHECKS = 3  # plain steps a cost model may take to see the AR cost live (per session)
 
 
+def catch_up(cm: CostModel, turn: Turn) -> tuple[int, float]:
+    """(prompt tokens the draft model has not evaluated, the seconds it would take).
+
+    A draft model drafts only once its context holds the whole history, so its first
+    iteration evaluates the prompt's uncached part first. For a chat turn that is the new
+    message; for an editor's completion (a 2,000-token FIM prompt, a 10-80 token answer) it
+    can cost more than speculation saves on the whole answer. Priced at the draft curve's
+    largest timed batch per token (larger prompt batches are a little cheaper: an upper bound)."""
+    d = turn.draft
+    if d is None:
+        return 0, 0.0
+    history = turn.target.committed
+    behind = len(history) - common_prefix(d.tokens, history)
+    big = max(1, cm.draft.sizes[-1])
+    return behind, behind * cm.draft(big) / big
+
+
+def _catch_up_pays(cm: CostModel, turn: Turn, tok_per_s: float) -> bool:
+    """Whether what speculating at `tok_per_s` saves over AR on the answer's remaining
+    tokens (its token budget: an upper bound) exceeds the draft's catch-up."""
+    behind, seconds = catch_up(cm, turn)
+    if behind <= 0 or tok_per_s <= cm.ar():
+        return True
+    saving = turn.emitter.remaining * (1.0 / cm.ar() - 1.0 / tok_per_s)
+    return saving > seconds
+
+
 def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
     best, ar = cm.choose(turn.cfg)
+    if best is not None and not _catch_up_pays(cm, turn, best.tok_per_s):
+        behind, seconds = catch_up(cm, turn)
+        turn.stats.predicted.append((1.0, 1.0, cm.target(1)))
+        turn.stats.choice_note = (f"ar: the draft model has {behind} prompt tokens to evaluate first "
+                                  f"(~{seconds:.2f} s), more than speculating saves on at most "
+                                  f"{turn.emitter.remaining} tokens")
+        return None
     turn.stats.predicted.append((1.0, 1.0, cm.target(1)) if best is None
                                 else (best.tok_per_s / ar, best.expected_tokens, best.seconds))
     turn.stats.prices = prices = cm.prices()
@@ -68,13 +103,15 @@ def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
     return SpecSettings(best.method, best.K, cap, cm.draft_stop(best, per_draft), per_draft)
 
 
-def _could_pay(cm: CostModel) -> bool:
+def _could_pay(cm: CostModel, turn: Turn) -> bool:
     """Whether speculation could beat AR at all here (a near-perfect draft, K = 1, L = 8), at
-    the quiet machine's prices: a draft priced out by a busy minute is still probed, and
-    only its own live samples end the contention (auto never ran a draft whose price a busy
-    minute had raised 59x, so nothing lowered it: issue 40)."""
+    the quiet machine's prices, the draft's catch-up on the prompt included: a draft priced
+    out by a busy minute is still probed, and only its own live samples end the contention
+    (auto never ran a draft whose price a busy minute had raised 59x, so nothing lowered it:
+    issue 40)."""
     q = cm.quiet() if cm.contended else cm
-    return q.expected_tokens(1, 8, alpha=0.95) / q.iteration_seconds(1, 8) > q.ar()
+    rate = q.expected_tokens(1, 8, alpha=0.95) / q.iteration_seconds(1, 8)
+    return rate > q.ar() and _catch_up_pays(q, turn, rate)
 
 
 def _needs_ar(cm: CostModel) -> bool:
@@ -144,7 +181,7 @@ class AutoPolicy:
                 return IterationPlan(st, self.grammar, GRAMMAR)
         # read when a probe is due (the curves heal as the turn runs), not on every iteration
         self.probe = probe = (self.model is not None and settings is None and self.since >= self._wait()
-                              and _could_pay(cm))
+                              and _could_pay(cm, turn))
         retest = probe and cm.contended
         self.retests += int(retest)
         # before re-deciding, make sure the AR cost it compares with was seen live at least

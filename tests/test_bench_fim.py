@@ -1,0 +1,63 @@
+"""bench fim: the holes (deterministic, the three kinds, halves, the file put back together)
+and a tiny end-to-end run against `localspec serve` (slow-marked: a model loads)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from localspec.bench.fim import table
+from localspec.bench.fim_holes import KINDS, cut_holes, stdlib_files
+
+
+def test_holes_are_deterministic_and_cover_kinds_and_halves() -> None:
+    a, b = cut_holes(12, seed=3), cut_holes(12, seed=3)
+    assert [h.to_json() for h in a] == [h.to_json() for h in b]
+    assert [h.id for h in cut_holes(12, seed=4)] != [h.id for h in a]
+    assert [h.kind for h in a] == list(KINDS) * 4
+    assert [h.half for h in a] == ["tune", "report"] * 6
+
+
+def test_a_hole_is_cut_from_its_file_where_the_cursor_is() -> None:
+    files = {p.name: p for p in stdlib_files()}
+    for h in cut_holes(9, seed=0):
+        name, line, _ = h.id.split(":")
+        text = files[name].read_text(encoding="utf-8")
+        assert h.prefix + h.middle + h.suffix in text  # contiguous, in order
+        assert h.prefix.endswith(" " * h.n_indent) and h.middle[:1] not in (" ", "\t", "\n")
+        assert text.splitlines()[int(line) - 1].strip().startswith(h.middle.splitlines()[0].strip())
+        assert {c["filename"] for c in h.extra} <= set(files) and name not in {c["filename"] for c in h.extra}
+        assert h.exact(h.middle + "  \n") and not h.exact(h.middle + "x")
+
+
+def test_the_table_compares_with_the_best_llama_server() -> None:
+    rows = [{"server": "localspec", "skipped": "", "holes": 2, "latency_p50_ms": 70.0, "latency_p95_ms": 90.0,
+             "tok_per_s": 50.0, "exact": 0.5},
+            {"server": "llama-server:none", "skipped": "", "holes": 2, "latency_p50_ms": 140.0,
+             "latency_p95_ms": 150.0, "tok_per_s": 20.0, "exact": 0.5},
+            {"server": "llama-server:ngram-simple", "skipped": "", "holes": 2, "latency_p50_ms": 100.0,
+             "latency_p95_ms": 150.0, "tok_per_s": 30.0, "exact": 0.5},
+            {"server": "llama-server:draft-simple", "skipped": "not built"}]
+    lines = table(rows).splitlines()
+    assert lines[1].split()[-1] == "0.70x" and lines[3].split()[-1] == "1.00x"
+    assert "skipped: not built" in lines[4]
+
+
+@pytest.mark.slow
+def test_bench_fim_smoke(qwen_draft_path: Path, tmp_path: Path) -> None:
+    """Two holes and one typed keystroke on Qwen2.5-Coder-0.5B alone (prompt lookups), no peer."""
+    out = tmp_path / "fim.json"
+    r = subprocess.run([sys.executable, "-m", "localspec.cli", "bench", "fim", "-m", str(qwen_draft_path), "-md", "",
+                        "--method", "sd", "--localspec-args", "--spec-type ngram -L 8", "--servers", "localspec",
+                        "--holes", "2", "--half", "all", "-n", "8", "-c", "2048", "--typing", "1", "--keys", "1",
+                        "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["server"] == "localspec" and not row["skipped"] and row["holes"] == 2
+    assert all(0 < s["tokens"] <= 8 and s["latency"] > 0 for s in row["samples"])
+    assert row["typing"]["keystrokes"] == 2 and row["typing"]["superseded_tokens_mean"] < 8
+    assert "localspec" in r.stdout and "typing (localspec)" in r.stdout
