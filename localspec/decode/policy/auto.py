@@ -103,15 +103,15 @@ def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
     return SpecSettings(best.method, best.K, cap, cm.draft_stop(best, per_draft), per_draft)
 
 
-def _could_pay(cm: CostModel, turn: Turn) -> bool:
+def _could_pay(cm: CostModel, turn: Turn | None = None) -> bool:
     """Whether speculation could beat AR at all here (a near-perfect draft, K = 1, L = 8), at
     the quiet machine's prices, the draft's catch-up on the prompt included: a draft priced
     out by a busy minute is still probed, and only its own live samples end the contention
     (auto never ran a draft whose price a busy minute had raised 59x, so nothing lowered it:
-    issue 40)."""
+    issue 40). Without a turn, the catch-up is left out (the prices alone)."""
     q = cm.quiet() if cm.contended else cm
     rate = q.expected_tokens(1, 8, alpha=0.95) / q.iteration_seconds(1, 8)
-    return rate > q.ar() and _catch_up_pays(q, turn, rate)
+    return rate > q.ar() and (turn is None or _catch_up_pays(q, turn, rate))
 
 
 def _needs_ar(cm: CostModel) -> bool:
