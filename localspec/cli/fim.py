@@ -36,9 +36,6 @@ def add_fim_args(p: argparse.ArgumentParser) -> None:
 
 def fim_input(a: argparse.Namespace) -> FimInput | None:
     """The FIM request the flags describe (None: an ordinary prompt); files read and checked."""
-    for flag, value in (("--n-indent", a.n_indent), ("--max-lines", a.max_lines)):
-        if value < 0:
-            raise ConfigError(f"{flag} must be >= 0 (got {value})")
     if a.fim_prefix_file is None:
         if a.fim_suffix_file is not None or a.fim_extra_file:
             raise ConfigError("--fim-suffix-file / --fim-extra-file need --fim-prefix-file (the text before the cursor)")

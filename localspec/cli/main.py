@@ -140,7 +140,6 @@ def cmd_run(a: argparse.Namespace) -> int:
     asked = asked_of(a)  # 1. the flags, checked (localspec.settings)
     fim = fim_input(a)  # fill in the middle: the prompt is made once the target is loaded
     prompt = fim if fim is not None else read_prompt(a)
-    asked.cfg.n_indent, asked.cfg.max_lines = a.n_indent, a.max_lines
     target, draft = _resolve_pair(a, need_default=False)
     if asked.cfg.method == "ar" and not a.explain:
         draft = None if a.draft is None else draft

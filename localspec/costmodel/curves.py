@@ -88,6 +88,10 @@ class CostCurve:
     # above this no quiet machine prices size n (a small draft's step vs the target's:
     # contention.py); None: no such bound
     ceiling: Callable[[int], float] | None = field(default=None, repr=False, compare=False)
+    # a guessed price with no timing behind it (the MTP head's, a share of the target's step):
+    # its first live estimate sets it, whatever its size; contention is judged against prices
+    # that were timed or healed, never against a guess (a 70x "rise" over a guess is news)
+    prior: bool = field(default=False, compare=False)
 
     def measured(self, n: int) -> float:
         """The timed value at n (interpolated; proportional past the last size)."""
@@ -136,7 +140,7 @@ class CostCurve:
         # lowered by one size (scale) must not make the others' timed prices look busy; a
         # sample below the quiet price never is contention (it lowers the quiet price)
         ref = max(quiet, self.measured(n))
-        if est > quiet and (est > ref * CONTENTION or (self.ceiling is not None and est > self.ceiling(n))):
+        if est > quiet and not self.prior and (est > ref * CONTENTION or (self.ceiling is not None and est > self.ceiling(n))):
             self.busy[n] = est  # contention: the price while it lasts, never saved
             self.busy_scale = statistics.median(v / self.quiet(m) for m, v in self.busy.items())
             return
@@ -150,6 +154,7 @@ class CostCurve:
         """A quiet estimate of size n: kept (and saved), the level of the others follows."""
         self.healed[n] = est
         self.dirty = True
+        self.prior = False
         self.scale = statistics.median(v / self.measured(m) for m, v in self.healed.items())
         if self.measured(n) / est > REMEASURE_BOUND:
             self.stale = True  # timed far too slow: the machine was busy while it was timed

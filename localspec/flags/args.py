@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from localspec.config import METHODS, GenConfig, ParseConfig, SamplingConfig, drafter_name
+from localspec.errors import ConfigError
 from localspec.flags.constrain import add_constraint_args, constraint_of
 from localspec.flags.offload import add_offload_args, load_options
 from localspec.flags.reasoning import add_reasoning_args
@@ -114,6 +115,9 @@ def asked_of(a: argparse.Namespace) -> Asked:
         parse.threshold = a.parse_threshold
     if a.parse_gamma is not None:
         parse.gamma = a.parse_gamma
+    for flag, value in (("--n-indent", getattr(a, "n_indent", 0)), ("--max-lines", getattr(a, "max_lines", 0))):
+        if value is not None and value < 0:  # run's FIM line rules (cli/fim.py)
+            raise ConfigError(f"{flag} must be >= 0 (got {value})")
     typed = typed_of(vars(a))
     given = {f: (v if v is not None else LLAMA_CPP_DEFAULTS[f]) for f, v in typed.items()}
     cfg = GenConfig(
@@ -139,6 +143,8 @@ def asked_of(a: argparse.Namespace) -> Asked:
         suffix_max_tokens=a.spec_suffix_max_tokens,
         draft_hint=getattr(a, "draft_hint", False),
         constraint=constraint_of(a),  # compiled once here: a bad grammar is refused before any load
+        n_indent=getattr(a, "n_indent", 0) or 0,  # run's FIM line rules (cli/fim.py); serve has none
+        max_lines=getattr(a, "max_lines", 0) or 0,
     )
     cfg.validate()
     budget = getattr(a, "reasoning_budget", -1)

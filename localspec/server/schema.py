@@ -196,7 +196,7 @@ def _n_predict(body: Mapping[str, object], limits: Limits, lo: int = 1) -> int |
 
 def gen_config(body: Mapping[str, object], limits: Limits, ignored: list[str], asked: lp.Asked | None = None) -> GenConfig:
     cfg = copy.deepcopy(limits.cfg)
-    n = _n_predict(body, limits, 0 if asked.echo else 1)  # echo + max_tokens 0: the prompt's scores alone
+    n = _n_predict(body, limits, 0 if asked is not None and asked.echo else 1)  # echo + max_tokens 0: the prompt's scores alone
     if n is not None:
         cfg.n_predict = n
     s = cfg.sampling

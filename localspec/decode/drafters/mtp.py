@@ -152,6 +152,6 @@ def build(turn: Turn, auto: CostModel | None = None) -> MtpDrafter | None:
     if turn.draft is not None:
         return None
     if auto.draft(1) <= 0.0:  # a draftless model's free draft curve: the head is not priced yet
-        auto.draft = CostCurve([1], [HEAD_COST_PRIOR * auto.target(1)])
+        auto.draft = CostCurve([1], [HEAD_COST_PRIOR * auto.target(1)], prior=True)
     return MtpDrafter(turn.mtp, turn.target, turn.cfg.draft_sampling(), turn.rng, learner=auto.acceptance,
                       curve=auto.draft)
