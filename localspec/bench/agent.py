@@ -20,6 +20,7 @@ sources with each `--spec-type` asked for (`llama-server:draft-simple`, `llama-s
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import statistics
 import sys
@@ -91,6 +92,22 @@ class Run:
         }
 
 
+def wait_timing(port: int, timeout: float) -> None:
+    """Until `/health` says the cost model's background timing is done (localspec.timing null)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c.request("GET", "/health")
+            info = json.loads(c.getresponse().read()).get("localspec") or {}
+            if info.get("timing") is None:
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"the cost model's timing was not done after {timeout:.0f} s")
+
+
 def _server_cmd(kind: str, a: argparse.Namespace, port: int) -> tuple[list[str] | None, str]:
     if kind.startswith("llama-server"):
         binary = peer_tool(SERVER_BIN)
@@ -119,8 +136,11 @@ def run_server(kind: str, a: argparse.Namespace, steps: list[Step]) -> Run:
     proc, log = start_server(cmd)
     try:
         _wait_ready(port, proc, a.ready_timeout)
-        # one warm-up request (loads, first allocation) outside the timing
+        # one warm-up request (loads, first allocation) outside the timing; then localspec's
+        # background cost timing must be over, or it would share the cores with the run
         stream_step(port, steps[0], a.n_predict)
+        if kind.startswith("localspec"):
+            wait_timing(port, a.ready_timeout)
         queue = list(steps)
         lock = threading.Lock()
 
