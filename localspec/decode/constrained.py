@@ -63,6 +63,22 @@ def masked_dist(logits: np.ndarray, sampling: SamplingConfig, m: Matcher, buf: n
     return masked_row(logits, sampling, _fit(m.mask(), buf.shape[0]), buf)
 
 
+def stepwise_valid_prefix(m: Matcher, tokens: list[int]) -> int:
+    """How many of `tokens` `m` accepts from here, token by token (allowed, consume), its state
+    restored after: for a gate around a grammar (think_gate, tool_gate), whose rule at a
+    position depends on the tokens written before it, so no one-call check exists."""
+    n = 0
+    try:
+        for t in tokens:
+            if not m.allowed(t):
+                break
+            m.consume([t])
+            n += 1
+    finally:
+        m.rollback(n)
+    return n
+
+
 def _fit(allowed: np.ndarray, n: int) -> np.ndarray:
     """The target vocabulary's mask on a row of n logits (a draft's vocabulary may be up to
     128 ids shorter or longer: ids the target does not have are refused)."""

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from localspec.decode.constrained import Matcher
+from localspec.decode.constrained import Matcher, stepwise_valid_prefix
 
 FREE, FORCED, GRAMMAR, CLOSING, DONE = "free", "forced", "grammar", "closing", "done"
 
@@ -128,16 +128,7 @@ class ToolGate:
         return m
 
     def valid_prefix(self, tokens: list[int]) -> int:
-        n = 0
-        try:
-            for t in tokens:
-                if not self.allowed(t):
-                    break
-                self.consume([t])
-                n += 1
-        finally:
-            self.rollback(n)
-        return n
+        return stepwise_valid_prefix(self, tokens)
 
     def forced(self, limit: int = 64) -> list[int]:
         if self.state == FORCED:
