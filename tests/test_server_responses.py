@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from tests import test_server, test_server_messages
+from tests.support.agents_run import run_weather_agent
 from tests.support.helpers import session
 from tests.test_server import KEY, ServerThread, error_of
 from tests.test_server_messages import named_events
@@ -227,20 +228,6 @@ def test_function_call_round_trip(qsrv):
 @pytest.mark.slow
 def test_openai_agents_responses_model_runs_a_function_tool(qsrv):
     """openai-agents' default model class speaks the Responses API."""
-    from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
-
-    set_tracing_disabled(True)
-    seen: list[str] = []
-
-    @function_tool
-    def get_weather(city: str) -> str:
-        """Current weather in a city."""
-        seen.append(city)
-        return f"It is 21 degrees and sunny in {city}."
-
-    client = openai.AsyncOpenAI(base_url=qsrv.url + "/v1", api_key="x", max_retries=0, timeout=300)
-    agent = Agent(name="weather", instructions="Use the tool to answer.", tools=[get_weather],
-                  model=OpenAIResponsesModel(model="qwen", openai_client=client))
-    result = Runner.run_sync(agent, "What's the weather in Paris?", max_turns=4)
+    seen, result = run_weather_agent(qsrv.url, "OpenAIResponsesModel")
     assert seen and "paris" in seen[0].lower()
     assert result.final_output

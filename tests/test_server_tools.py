@@ -14,6 +14,7 @@ import pytest
 from localspec.config import GenConfig, SamplingConfig
 from localspec.server.app import ServerConfig, create_app
 from localspec.server.schema import Limits
+from tests.support.agents_run import run_weather_agent
 from tests.support.helpers import session
 from tests.test_server import ServerThread
 
@@ -183,27 +184,8 @@ def test_a_template_without_tools_is_a_clear_400(ssrv):
 
 @slow
 def test_openai_agents_runs_a_function_tool(qsrv):
-    from agents import (  # dev extra
-        Agent,
-        OpenAIChatCompletionsModel,
-        Runner,
-        function_tool,
-        set_tracing_disabled,
-    )
-
-    set_tracing_disabled(True)
-    seen: list[str] = []
-
-    @function_tool
-    def get_weather(city: str) -> str:
-        """Current weather in a city."""
-        seen.append(city)
-        return f"It is 21 degrees and sunny in {city}."
-
-    client = openai.AsyncOpenAI(base_url=qsrv.url + "/v1", api_key="x", max_retries=0, timeout=300)
-    agent = Agent(name="weather", instructions="Use the tool to answer.", tools=[get_weather],
-                  model=OpenAIChatCompletionsModel(model="qwen", openai_client=client))
-    result = Runner.run_sync(agent, "What's the weather in Paris?", max_turns=4)
+    """An agent framework (openai-agents, its chat-completions model class) runs a function tool."""
+    seen, result = run_weather_agent(qsrv.url, "OpenAIChatCompletionsModel")
     assert seen and "paris" in seen[0].lower()
     assert result.final_output
 
