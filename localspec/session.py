@@ -215,6 +215,12 @@ class Session(Protocol):
         run would draft from another method's answer to the same prompt."""
         ...
 
+    def forget_learning(self, priors: bool = True) -> None:
+        """Forget what auto learned this session (the lookup gate's evidence, the draft's
+        acceptance): the next turn starts as a fresh process's first turn, from the shipped
+        priors (`priors`) or from the uninformed ones. Benchmarks of a first turn call it."""
+        ...
+
     def close(self) -> None:
         """Free the models."""
         ...

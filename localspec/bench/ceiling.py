@@ -156,8 +156,10 @@ def measured_curve(model: str, threads: int, sizes: Sequence[int] = SIZES) -> tu
     return curve_from_points(points), points
 
 
-def greedy_answers(model: str, kinds: list[str] | None, n_predict: int, threads: int) -> list[tuple[str, list[int], list[int]]]:
-    """(prompt id, prompt tokens, the target's greedy answer tokens) per bench prompt."""
+def greedy_answers(model: str, kinds: list[str] | None, n_predict: int, threads: int,
+                   half: str | None = None) -> list[tuple[str, list[int], list[int]]]:
+    """(prompt id, prompt tokens, the target's greedy answer tokens) per bench prompt (of
+    the split sets' `half` when given)."""
     from localspec.bench.runner import session_prompt
     from localspec.config import GenConfig
     from localspec.events import Written
@@ -167,7 +169,7 @@ def greedy_answers(model: str, kinds: list[str] | None, n_predict: int, threads:
     sess = open_session(model, None, SessionOptions(threads=threads))
     out = []
     try:
-        for p in load_prompts(None, kinds, None):
+        for p in load_prompts(None, kinds, None, half):
             sp = session_prompt(p)
             prompt = sess.tokenize(sp if isinstance(sp, str) else sess.render(sp))
             gen: list[int] = []

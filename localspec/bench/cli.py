@@ -10,7 +10,7 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    b = sub.add_parser("bench", help="benchmarks: speed, ar, tables, memory, suffix, slots, ceiling, constraint, agent, fim; parse and verify (own --help)",
+    b = sub.add_parser("bench", help="benchmarks: speed, ar, tables, memory, suffix, slots, ceiling, constraint, agent, fim, priors; parse and verify (own --help)",
                        epilog="also `localspec bench parse --help` (PARSE accuracy and speed on HumanEval) and "
                               "`localspec bench verify --help` (verifier micro-benchmark)")
     bsub = b.add_subparsers(dest="bench_command", metavar="BENCH")
@@ -22,6 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         constraint,
         fim,
         memory,
+        priors,
         slots,
         speed,
         suffix,
@@ -89,5 +90,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                                 "--half report --sessions 6 --out agent.json")
     agent.add_args(ag)
     ag.set_defaults(func=agent.main)
+
+    pr = bsub.add_parser("priors", help="fit the acceptance priors a fresh session starts from, on the split sets' tuning half",
+                         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                         epilog="example: localspec bench priors -m qwen2.5-coder-1.5b -md qwen2.5-coder-0.5b "
+                                "--out localspec/data/priors.json")
+    priors.add_args(pr)
+    pr.set_defaults(func=priors.main)
 
     b.set_defaults(func=lambda a: (b.print_help(), 2)[1])

@@ -45,6 +45,7 @@ class Spec:
     free: bool = False
     proposers: str = ""  # --spec-type (localspec: draft / ngram; the peer: llama.cpp's names)
     hint: bool = False  # auto's draft hint (--draft-hint)
+    cold: bool = False  # auto without the shipped priors (costmodel/priors.py): `auto-cold`
 
     @property
     def label(self) -> str:
@@ -54,7 +55,8 @@ class Spec:
         if self.method == PEER:
             return f"{PEER}{via} n_max={self.L}"
         if self.method == "auto":
-            return ("auto" if self.free else f"auto K={self.K} L<={self.L}") + via + (" hint" if self.hint else "")
+            return (("auto" if self.free else f"auto K={self.K} L<={self.L}") + via + (" hint" if self.hint else "")
+                    + (" cold" if self.cold else ""))
         return f"{self.method}{via} K={self.K} L={self.L}"
 
     def gen(self, a: argparse.Namespace, seed: int, constraint: ConstraintSpec | None = None) -> GenConfig:
@@ -193,8 +195,11 @@ class Runner:
 
     def local(self, p: Prompt, s: Spec, seed: int) -> Run:
         """One localspec generation of prompt p under spec s (the suffix store emptied first:
-        the same prompt under an earlier spec must not be in it)."""
+        the same prompt under an earlier spec must not be in it; with --first-turn, what auto
+        learned too, so each prompt starts from the priors, or from none for a cold spec)."""
         self.sess.forget_lookups()
+        if getattr(self.a, "first_turn", False):  # every prompt is a fresh process's first turn
+            self.sess.forget_learning(priors=not s.cold)
         done = drain(self.sess.generate(session_prompt(p), s.gen(self.a, seed, p.constraint)))
         st = done.stats
         tau = sum(st.accepted_lengths) / len(st.accepted_lengths) if st.accepted_lengths else 0.0

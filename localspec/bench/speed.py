@@ -38,8 +38,8 @@ def parse_grid(methods: list[str], grid: list[str], T: float = 0.0) -> list[Spec
         m, _, via = token.partition("+")  # "sd+ngram": sd with --spec-type ngram
         if m == "ar":
             continue
-        if m in ("auto", "auto-hint"):  # auto-hint: auto with --draft-hint
-            out.append(Spec("auto", 1, 8, T, free=True, proposers=via, hint=m == "auto-hint"))
+        if m in ("auto", "auto-hint", "auto-cold"):  # auto-hint: --draft-hint; auto-cold: no shipped priors
+            out.append(Spec("auto", 1, 8, T, free=True, proposers=via, hint=m == "auto-hint", cold=m == "auto-cold"))
             continue
         for g in grid:
             K, L = (int(v) for v in g.split(":"))
@@ -296,7 +296,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", nargs="+", default=["auto", "sd", "mdbv"],
                    help="methods to compare with AR: auto, sd, gbv, spectr, spectr-gbv, mdbv, and dyn "
                         "(auto held to each grid K, L the cap of its dynamic length); auto-hint is auto "
-                        "with --draft-hint; METHOD+SPEC-TYPE names who drafts (sd+ngram, auto+ngram,draft)")
+                        "with --draft-hint, auto-cold auto without the shipped priors; METHOD+SPEC-TYPE names who drafts (sd+ngram, auto+ngram,draft)")
     p.add_argument("--grid", nargs="+", default=["1:8", "3:6"], help="K:L settings for explicit methods")
     p.add_argument("--prompts", default=None, help="JSONL prompts file (default: shipped code/chat/math set)")
     p.add_argument("--kinds", nargs="*", default=None,
@@ -312,6 +312,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", "-t", type=int, default=2)
     p.add_argument("--ctx", type=int, default=4096)
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--first-turn", action="store_true",
+                   help="measure each prompt as a fresh process's first turn: what auto learned on earlier "
+                        "prompts is forgotten before each (compare auto, from the shipped priors, with auto-cold)")
     p.add_argument("--auto-free", action=argparse.BooleanOptionalAction, default=True,
                    help="let auto choose K and L (default) instead of the grid's")
     p.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,

@@ -13,6 +13,7 @@ nothing beats it (predict.py). `explain()` prints the table behind the choice.
     session.py     SessionCosts: one session's cost model, timed without blocking a reply
     gate.py        DecodeGate: a session's generations and its timing steps, never at once
     acceptance.py  Acceptance: the running rate and the per-confidence calibration
+    priors.py      the acceptance priors a fresh session starts from (shipped data, fitted on tune halves)
     predict.py     CostModel, Prediction, CalibratedStop, the dynamic-length rules
     explain.py     the --explain table
 """
@@ -23,7 +24,7 @@ import time  # noqa: F401 - tests patch costmodel.time.perf_counter around measu
 from collections.abc import Generator
 
 from localspec.backend import Context
-from localspec.costmodel import contention
+from localspec.costmodel import contention, priors
 from localspec.costmodel.acceptance import (
     BIN_MEMORY,
     BIN_PRIOR,
@@ -112,7 +113,7 @@ def model_steps(
     contention.settle(target, draft, getattr(cm.target, "curve", cm.target), cm.draft)
     path = Acceptance.path(target, draft, greedy)
     if cm.acceptance_path != path:
-        cm.acceptance = Acceptance()
+        cm.acceptance = fresh_acceptance(target, draft, greedy)
         cm.acceptance.load(path)
         cm.acceptance_path = path
     # what the models' memories make a rejected draft cost (backend/memory.py)
@@ -122,6 +123,13 @@ def model_steps(
     # every decode from now on is a free measurement that heals the curves
     target.on_decode, draft.on_decode = cm.target.observe, cm.draft.observe
     return cm
+
+
+def fresh_acceptance(target: Context, draft: Context, greedy: bool) -> Acceptance:
+    """An acceptance estimate before this pair's first verification: the shipped prior of
+    the pair (costmodel/priors.py) where there is one, else PRIOR_ALPHA."""
+    alpha = priors.draft_alpha(target.model.path.name, draft.model.path.name, greedy)
+    return Acceptance() if alpha is None else Acceptance(prior=alpha, prior_weight=priors.DRAFT_PRIOR_WEIGHT)
 
 
 def target_steps(

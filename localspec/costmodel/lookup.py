@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
+from localspec.costmodel import priors
 from localspec.costmodel.curves import CostCurve
 from localspec.costmodel.predict import MARGIN
 
-PRIOR_ACCEPTED, PRIOR_TRIALS = 1.0, 2.0  # alpha 0.5 before any evidence
+PRIOR_ACCEPTED, PRIOR_TRIALS = 1.0, 2.0  # alpha 0.5 before any evidence (a key the shipped priors lack)
 # optimism while a match length has little evidence (an upper confidence bound): a gate that
 # starts at alpha 0.5 on a CPU where verifying 8 tokens costs 4.5x one would never try a
 # lookup and so never learn that long matches are right 90 % of the time
@@ -33,8 +34,10 @@ GAIN_PRIOR_TRIALS = 2.0
 @dataclass
 class LookupGate:
     """Per key -- (proposer, matched length) in decode/policy/auto.py --: accepted / reached draft
-    positions (Beta counts)."""
+    positions (Beta counts), on top of a prior per key: the shipped one (costmodel/priors.py,
+    fitted on the bench's tuning halves) where there is one, else alpha 0.5 on 2 trials."""
 
+    prior: dict[Hashable, tuple[float, float]] = field(default_factory=priors.lookup_priors)
     accepted: dict[Hashable, float] = field(default_factory=dict)
     trials: dict[Hashable, float] = field(default_factory=dict)
     overhead: float = 0.001  # Python work of a lookup iteration (seconds), updated live
@@ -45,11 +48,14 @@ class LookupGate:
 
     def alpha(self, n: Hashable) -> float:
         """The estimate for key n (the posterior mean)."""
-        return (PRIOR_ACCEPTED + self.accepted.get(n, 0.0)) / (PRIOR_TRIALS + self.trials.get(n, 0.0))
+        pa, pt = self.prior.get(n, (PRIOR_ACCEPTED, PRIOR_TRIALS))
+        return (pa + self.accepted.get(n, 0.0)) / (pt + self.trials.get(n, 0.0))
 
     def optimistic_alpha(self, n: Hashable) -> float:
-        """What the gate bets on: the estimate plus a bonus that shrinks with the evidence."""
-        return min(0.98, self.alpha(n) + EXPLORE / (1.0 + self.trials.get(n, 0.0)) ** 0.5)
+        """What the gate bets on: the estimate plus a bonus that shrinks with the evidence
+        (a shipped prior counts as evidence beyond the uninformed one's 2 trials)."""
+        extra = self.prior.get(n, (0.0, PRIOR_TRIALS))[1] - PRIOR_TRIALS
+        return min(0.98, self.alpha(n) + EXPLORE / (1.0 + max(extra, 0.0) + self.trials.get(n, 0.0)) ** 0.5)
 
     def update(self, n: Hashable, tau: int, L: int) -> None:
         """A verification of an L-token lookup (key n) accepted tau tokens."""

@@ -188,6 +188,18 @@ class SessionCosts:
         no draft curve to save."""
         costmodel.save(self.target, None if cm is self._partial else self.draft, cm)
 
+    def forget_learning(self) -> None:
+        """Start the next turn from the priors, as a fresh process on a fresh machine would:
+        the lookup gate's evidence and the draft's acceptance forgotten (the curves kept).
+        `bench speed --first-turn` measures every prompt as such a first turn."""
+        for cm in (self.costs, self._partial):
+            if cm is not None:
+                cm.lookup = None
+        cm = self.costs
+        if cm is not None and cm.acceptance_path is not None and self.draft is not None:
+            greedy = cm.acceptance_path.name.endswith("-t0.json")
+            cm.acceptance = costmodel.fresh_acceptance(self.target, self.draft, greedy)
+
     # ------------------------------------------------------------------ internals
     def _plan(self) -> list[Context]:
         return costmodel.timing_plan(self.target, self.draft, self.costs, self.recalibrate)

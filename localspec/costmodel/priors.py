@@ -1,0 +1,111 @@
+"""What a fresh session believes before its first verification: acceptance priors shipped as data.
+
+Without them every session's first turn learns from nothing: the lookup gate bets on 0.5
+(plus an exploration bonus) for every matched n-gram length, and the draft model on 0.7,
+whatever the pair. A one-shot `localspec run` (one turn, 100 tokens) never gets past that.
+`localspec bench priors` fits both on the tuning halves of the bench's prompt sets (never
+the report halves) and writes localspec/data/priors.json:
+
+- `lookup`: per (proposer, matched length) -- the keys auto's gate learns per -- the tokens
+  accepted and positions reached when a lookup drafted at every position where it had a match
+  (the target's greedy answers replayed: at T = 0 a drafted token is accepted iff it is the
+  answer's), pooled over the prompt kinds;
+- `draft`: per (target file, draft file), the greedy draft's per-token agreement with the
+  target's greedy answers (what sd's acceptance is at T = 0).
+
+A prior is evidence worth PRIOR_WEIGHT verifications: a session's own first few
+verifications already outweigh it. `use(False)` turns them off (the bench's cold column).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Hashable, Sequence
+from importlib import resources
+
+PRIOR_WEIGHT = 6.0  # positions of evidence a shipped lookup prior is worth (live ones add to it)
+MIN_EVIDENCE = 20.0  # a key fitted on fewer reached positions keeps the uninformed prior
+DRAFT_PRIOR_WEIGHT = 8.0  # verifications a shipped draft acceptance is worth (acceptance.py's weight)
+_FILE = "priors.json"
+_enabled = True
+
+
+def use(enabled: bool) -> None:
+    """Start new estimates from the shipped priors (True, the default) or from the
+    uninformed ones (`bench speed`'s `auto-cold` column: what every session did before)."""
+    global _enabled
+    _enabled = enabled
+
+
+def enabled() -> bool:
+    return _enabled
+
+
+@functools.cache
+def shipped() -> dict:
+    """localspec/data/priors.json ({} when absent or unreadable: the uninformed priors then)."""
+    try:
+        text = resources.files("localspec").joinpath("data", _FILE).read_text(encoding="utf-8")
+        data = json.loads(text)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def key_text(key: Hashable) -> str:
+    """A gate key ("ngram", 5) as the file spells it: "ngram:5"."""
+    if isinstance(key, tuple) and len(key) == 2:
+        return f"{key[0]}:{key[1]}"
+    return str(key)
+
+
+def lookup_priors() -> dict[Hashable, tuple[float, float]]:
+    """{gate key: (pseudo-accepted, pseudo-trials)} scaled to PRIOR_WEIGHT trials; {} when off."""
+    if not _enabled:
+        return {}
+    out: dict[Hashable, tuple[float, float]] = {}
+    for text, (acc, trials) in (shipped().get("lookup") or {}).items():
+        source, _, n = text.rpartition(":")
+        if not source or not n.isdigit() or trials < MIN_EVIDENCE:
+            continue
+        alpha = min(max(acc / trials, 0.0), 1.0)
+        out[(source, int(n))] = (alpha * PRIOR_WEIGHT, PRIOR_WEIGHT)
+    return out
+
+
+def draft_alpha(target: str, draft: str, greedy: bool) -> float | None:
+    """The shipped acceptance of this (target file, draft file) pair at T = 0, or None."""
+    if not _enabled or not greedy:
+        return None
+    a = (shipped().get("draft") or {}).get(f"{target}--{draft}")
+    return float(a) if isinstance(a, (int, float)) and 0.0 <= a <= 1.0 else None
+
+
+def right_prefix(draft: Sequence[int], rest: Sequence[int]) -> int:
+    """How many leading drafted tokens the answer goes on with (accepted at T = 0)."""
+    a = 0
+    while a < len(draft) and a < len(rest) and draft[a] == rest[a]:
+        a += 1
+    return a
+
+
+def replay_lookups(prompt: list[int], gen: list[int], index, l_max: int, source: str = "ngram") -> dict[str, list[float]]:
+    """{"source:matched": [accepted, reached]} of a lookup that drafts (up to l_max tokens)
+    wherever the history has a match, along a greedy answer: after a draft the walk moves
+    past its accepted tokens and the target's own one, as a verification does; reached counts
+    as LookupGate.update does (the accepted tokens and the rejected one)."""
+    out: dict[str, list[float]] = {}
+    i = 1  # gen[0] comes from the prompt's own decode
+    while i < len(gen):
+        index.extend(prompt + gen[:i])
+        toks, matched = index.continuation(l_max)
+        if not toks:
+            i += 1
+            continue
+        tau = right_prefix(toks, gen[i:])
+        row = out.setdefault(f"{source}:{matched}", [0.0, 0.0])
+        row[0] += tau
+        row[1] += min(tau + 1, len(toks))
+        i += tau + 1
+    return out

@@ -1,0 +1,125 @@
+"""The acceptance priors a fresh session starts from (costmodel/priors.py, bench priors):
+the replay that fits them, the gate and the draft estimate that start from them, the
+shipped file, and the bench's first-turn mode that measures them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from localspec.bench.common import Prompt
+from localspec.bench.runner import Runner
+from localspec.bench.speed import parse_grid
+from localspec.costmodel import CostCurve, fresh_acceptance, priors
+from localspec.costmodel.acceptance import PRIOR_ALPHA
+from localspec.costmodel.lookup import PRIOR_TRIALS, LookupGate
+from localspec.decode.drafters.lookup import NgramIndex
+
+
+@pytest.fixture(autouse=True)
+def _priors_on():
+    priors.use(True)
+    yield
+    priors.use(True)
+
+
+def test_the_replay_counts_what_a_drafting_lookup_would_have_seen():
+    """Prompt 1 2 3 4 5 9; the answer copies 1 2 3 4 5 then leaves the copy (7): at answer
+    position 2 the tail (1 2) matches, its draft 3 4 5 9 .. is right for 3 tokens (accepted 3,
+    reached 4), the walk jumps past them and the target's own token; no later tail matches."""
+    prompt, gen = [1, 2, 3, 4, 5, 9], [1, 2, 3, 4, 5, 7, 8]
+    got = priors.replay_lookups(prompt, gen, NgramIndex(2, 4), l_max=16)
+    # position 1: history ... 9 1 -> tail (9 1) unseen, (1) too short; position 2: tail (1 2)
+    # is the prompt's start: draft 3 4 5 9, answer 3 4 5 7 -> 3 accepted of 4 reached
+    assert got == {"ngram:2": [3.0, 4.0]}
+    assert priors.right_prefix([3, 4, 5, 9], [3, 4, 5, 7]) == 3 and priors.right_prefix([], [1]) == 0
+
+
+def test_a_draft_that_is_right_to_its_end_counts_no_rejection():
+    """At position 2 the draft 7 8 (L = 2) is right to its end: 2 accepted of 2 reached; at
+    position 5 the draft 5 6 is wrong at once: 0 of 1."""
+    got = priors.replay_lookups([5, 6, 7, 8, 9], [5, 6, 7, 8, 9, 1], NgramIndex(2, 2), l_max=2)
+    assert got == {"ngram:2": [2.0, 3.0]}
+
+
+def test_the_gate_starts_from_a_prior_and_live_evidence_outweighs_it():
+    steep = CostCurve([1, 2, 4, 8, 16], [0.028, 0.047, 0.072, 0.127, 0.148])
+    bad, good = ("ngram", 2), ("ngram", 8)
+    gate = LookupGate(prior={bad: (0.3, 6.0), good: (5.7, 6.0)})
+    assert gate.alpha(bad) == pytest.approx(0.05) and gate.alpha(good) == pytest.approx(0.95)
+    assert gate.best_length(steep, bad, 16) == (0, 1.0)  # a prior that says it fails: not tried
+    assert gate.best_length(steep, good, 16)[0] >= 8  # one that says it holds: drafted long at once
+    # an informed prior explores less than the uninformed one
+    unknown = ("ngram", 5)
+    assert gate.optimistic_alpha(good) - gate.alpha(good) < gate.optimistic_alpha(unknown) - gate.alpha(unknown)
+    for _ in range(30):
+        gate.update(good, 0, 8)  # this session's 8-token matches fail
+    assert gate.alpha(good) < 0.3 and gate.best_length(steep, good, 16) == (0, 1.0)
+
+
+def test_the_shipped_file_parses_and_covers_the_default_pair():
+    data = priors.shipped()
+    assert data, "localspec/data/priors.json is missing or unreadable"
+    table = priors.lookup_priors()
+    assert table and all(k[0] == "ngram" and 2 <= k[1] <= 64 for k in table)
+    for pa, pt in table.values():
+        assert pt == priors.PRIOR_WEIGHT and 0.0 <= pa <= pt
+    thin = [k for k, (_, reached) in data["lookup"].items() if reached < priors.MIN_EVIDENCE]
+    assert all(priors.key_text(k) not in thin for k in table)  # thin evidence stays uninformed
+    a = priors.draft_alpha("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", True)
+    assert a is not None and 0.3 < a < 1.0
+    assert priors.draft_alpha("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+                              False) is None  # fitted at T = 0 only
+    assert data["fitted"]["lookup"]["half"] == "tune"  # never fitted on the report half
+
+
+def test_turning_them_off_gives_the_uninformed_estimates():
+    priors.use(False)
+    assert LookupGate().prior == {} and LookupGate().alpha(("ngram", 8)) == pytest.approx(0.5)
+    ctx = SimpleNamespace(model=SimpleNamespace(path=Path("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")))
+    dctx = SimpleNamespace(model=SimpleNamespace(path=Path("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")))
+    assert fresh_acceptance(ctx, dctx, True).alpha == pytest.approx(PRIOR_ALPHA)
+    priors.use(True)
+    assert fresh_acceptance(ctx, dctx, True).alpha == pytest.approx(
+        priors.draft_alpha(ctx.model.path.name, dctx.model.path.name, True))
+    assert fresh_acceptance(ctx, dctx, False).alpha == pytest.approx(PRIOR_ALPHA)
+    assert LookupGate().prior.get(("ngram", 99), (0, PRIOR_TRIALS))[1] == PRIOR_TRIALS
+
+
+def test_first_turn_mode_forgets_before_every_prompt_and_cold_turns_priors_off():
+    from tests.test_bench_runner import Scripted, _args
+
+    class Forgetful(Scripted):
+        def __init__(self) -> None:
+            super().__init__()
+            self.learning: list[bool] = []
+
+        def forget_learning(self, priors: bool = True) -> None:
+            self.learning.append(priors)
+
+    cols = {s.label: s for s in parse_grid(["auto", "auto-cold"], [])}
+    assert set(cols) == {"ar", "auto", "auto cold"}
+    sess = Forgetful()
+    run = Runner(sess, _args(first_turn=True))
+    for label in ("auto", "auto cold"):
+        run.local(Prompt("chat", "c1", "hi"), cols[label], seed=0)
+    assert sess.learning == [True, False]
+    Runner(sess, _args()).local(Prompt("chat", "c1", "hi"), cols["auto"], seed=0)
+    assert sess.learning == [True, False]  # without --first-turn the session keeps learning
+
+
+def test_bench_priors_fits_on_a_real_model(smollm2_path, tmp_path, capsys):
+    from localspec.cli.main import main
+
+    out = tmp_path / "p.json"
+    out.write_text(json.dumps({"draft": {"x--y": 0.5}}))
+    assert main(["bench", "priors", "-m", str(smollm2_path), "--kinds", "edit", "-n", "12", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["draft"] == {"x--y": 0.5}  # other pairs' entries are kept
+    assert data["lookup"] and data["fitted"]["lookup"]["half"] == "tune"
+    for acc, reached in data["lookup"].values():
+        assert 0 <= acc <= reached
+    assert "lookup acceptance per matched length" in capsys.readouterr().out
