@@ -232,6 +232,35 @@ def test_streamed_calls_go_out_as_deltas():
     assert content == "" and finish == "tool_calls" and _accumulate(deltas)[0]["name"] == "get_weather"
 
 
+def test_an_untagged_call_streams_its_head_before_the_answer_ends():
+    """Qwen2.5-Coder answers a tool request with bare JSON: the call's head goes out as soon
+    as the name is written (an agent's time to first token is not the whole call's)."""
+    text = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n'
+    pieces = [text[i : i + 6] for i in range(0, len(text), 6)]
+    from localspec.server.stream import Shapes
+    from localspec.server.tool_output import ToolStream
+
+    req = _req()
+    shapes, ts = Shapes(req, "m"), ToolStream(req)
+    first = None
+    for i, p in enumerate(pieces):
+        got = [tc for c in ts.delta(shapes, [{"kind": "target", "text": p, "tokens": 1}])
+               for tc in c["choices"][0]["delta"].get("tool_calls") or []]
+        if got and first is None:
+            first = i
+    head = len('{"name": "get_weather", "arguments": {')  # the head is known once this is written
+    assert first is not None and first == (head - 1) // 6 < len(pieces) - 3
+    content, deltas, finish = _stream(_req(), pieces)
+    assert content == "" and finish == "tool_calls"
+    call = _accumulate(deltas)[0]
+    assert call["name"] == "get_weather" and json.loads(call["arguments"]) == {"city": "Paris", "days": 2}
+    assert len(deltas) > 2  # the arguments went out in pieces
+    # not a declared tool: held, then text (as non-streamed)
+    other = '{"name": "launch", "arguments": {"x": 1}}'
+    content, deltas, finish = _stream(_req(), [other[:9], other[9:]])
+    assert content == other and deltas == [] and finish == "stop"
+
+
 @pytest.mark.parametrize("fmt, text", [
     ("qwen3_coder", "Ok.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n"
                     "</tool_call>\n<tool_call>\n<function=read_file>\n<parameter=path>\nx\n</parameter>\n</function>\n"

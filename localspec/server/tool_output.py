@@ -11,7 +11,7 @@ out as OpenAI's deltas: one chunk with the call's `index`, `id`, `type` and
 `function.name` (arguments ""), then its `function.arguments` in pieces. Hermes / Qwen
 calls stream: the head as soon as the name is written, the arguments as they are generated
 (the grammar holds them to the schema, so the pieces concatenate to the model's JSON
-object); other formats go out whole once the call's closing marker (or the answer's end)
+object), and so does a small model's untagged call (`{"name": ...` as the whole answer); other formats go out whole once the call's closing marker (or the answer's end)
 shows it complete. What is held and is not a call (a malformed one) goes out as content
 at the end: the stream and the non-streamed answer say the same thing.
 """
@@ -60,6 +60,7 @@ class _Live:
 
     index: int
     start: int  # where its arguments' text starts in the answer
+    bare: bool = False  # an untagged call that is the whole answer: it ends with the answer
     sent: int = 0  # characters of the arguments sent
 
 
@@ -138,26 +139,32 @@ class ToolStream:
             if end > self.shown:
                 out = self.text[self.shown : end]
                 self.shown = end
-        if self.fmt.name == "hermes":
+        if self.fmt.streams_args:
             return out, self._stream_args(final=False)
         return out, self._whole(self._complete_calls())
 
     def _stream_args(self, final: bool) -> list[dict]:
         """Hermes: each call's head as soon as its name is written, then its arguments as
         they grow (held back from their last `}`, which may close the call's object); the
-        rest once the closing marker (or, `final`, the end) shows where they end."""
+        rest once the closing marker (or, `final`, the end) shows where they end. An answer
+        that starts as an untagged call of a declared tool streams the same way, ending with
+        the answer (what the model writes after such a call's object would make it text when
+        not streamed: streamed, the call stands, as a call cut short does)."""
         out: list[dict] = []
         while True:
             if self.live is None:
                 at = self.text.find(self.fmt.open, max(self.closed, self.shown))
                 m = _HEAD.match(self.text, at + len(self.fmt.open)) if at >= 0 else None
+                bare = m is None and not self.sent and self.shown == 0
+                if bare:  # a small model's untagged call (Qwen2.5-Coder's): the answer is the call
+                    m = _HEAD.match(self.text)
                 if m is None or m.group(1) not in self.names or (self.sent and not self.tools.parallel):
                     return out
-                self.live = _Live(self.sent, m.end())
+                self.live = _Live(self.sent, m.end(), bare)
                 self.sent += 1
                 out.append(self._head(self.live.index, m.group(1), self.fmt.new_id()))
             live = self.live
-            close = self.text.find(self.fmt.close, live.start)
+            close = -1 if live.bare else self.text.find(self.fmt.close, live.start)
             if close < 0 and not final:
                 raw = self.text[live.start :]
                 upto = raw.rfind("}")  # from the last "}" on, it may be the call object's end
@@ -198,7 +205,7 @@ class ToolStream:
         return new
 
     def _finish(self) -> tuple[str, list[dict]]:
-        deltas = self._stream_args(final=True) if self.fmt.name == "hermes" else []
+        deltas = self._stream_args(final=True) if self.fmt.streams_args else []
         held = self.text[self.shown :]
         if not held:
             return "", deltas

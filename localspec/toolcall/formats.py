@@ -37,7 +37,9 @@ class Format:
     once written, starts a call (the lazy grammar's trigger; "" = the call is the whole
     answer, constrained from the first token); args_key: "arguments" or "parameters";
     grammar: whether call_grammar covers it (the XML-ish and Mistral v11 forms are parsed
-    but not constrained); id_len: the length of call ids (Mistral's templates insist on 9)."""
+    but not constrained); id_len: the length of call ids (Mistral's templates insist on 9);
+    streams_args: a call's head goes out once its name is written and its JSON arguments in
+    pieces (server/tool_output.py; the other formats go out whole, once complete)."""
 
     name: str
     open: str = ""
@@ -45,6 +47,7 @@ class Format:
     args_key: str = "arguments"
     grammar: bool = True
     id_len: int = 24
+    streams_args: bool = False
 
     @property
     def trigger(self) -> str:
@@ -57,7 +60,7 @@ class Format:
 
 
 FORMATS: dict[str, Format] = {f.name: f for f in (
-    Format("hermes", "<tool_call>", "</tool_call>"),
+    Format("hermes", "<tool_call>", "</tool_call>", streams_args=True),
     Format("qwen3_coder", "<tool_call>", "</tool_call>", grammar=False),
     Format("llama3", "", "", args_key="parameters"),
     Format("mistral", "[TOOL_CALLS]", "", id_len=9),
