@@ -187,7 +187,7 @@ def _req(fmt: str = "hermes", parallel: bool = True, legacy: bool = False):
 
 
 def _stream(req, pieces: list[str], finish: str = "stop") -> tuple[str, list[dict], str | None]:
-    """Feed pieces through ToolStream the way app._sse does: (content, tool_call deltas, finish)."""
+    """Feed pieces through ToolStream the way replies.sse does: (content, tool_call deltas, finish)."""
     from localspec.server.stream import Shapes
     from localspec.server.tool_output import ToolStream
 

@@ -24,34 +24,39 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from localspec.errors import ContextFullError, LocalspecError
+from localspec.errors import LocalspecError
 from localspec.server.anthropic_in import count_tokens as count_tokens_of
 from localspec.server.anthropic_in import parse_anthropic, parse_count
 from localspec.server.anthropic_out import ANTHROPIC
 from localspec.server.body import read_json
-from localspec.server.dialect import INFILL, OPENAI, Dialect, Translator
+from localspec.server.dialect import INFILL, OPENAI, Dialect
 from localspec.server.errors import ApiError
 from localspec.server.guard import Guard
 from localspec.server.hosts import LOOPBACK_NAMES
 from localspec.server.infill import InfillShapes, parse_infill, supersede_key
-from localspec.server.logprobs import Scores
 from localspec.server.metrics import CONTENT_TYPE, CountStatuses, Metrics
+from localspec.server.replies import (
+    ClientGone,
+    JobStream,
+    collect,
+    failed,
+    next_item,
+    shutting_down,
+    sse,
+)
 from localspec.server.responses_in import parse_responses
 from localspec.server.responses_out import RESPONSES
 from localspec.server.schema import GenRequest, Limits, parse_chat, parse_completion
-from localspec.server.stream import Shapes, add_segment, trim_tokens
-from localspec.server.tool_output import ToolStream
-from localspec.server.tool_output import apply as apply_tool_calls
+from localspec.server.stream import Shapes
 from localspec.server.tools import detect_format
 from localspec.server.worker import Job, QueueFull, ShuttingDown, Worker
 from localspec.session import Session
 
 log = logging.getLogger("localspec.server")
 
-POLL_SECONDS = 0.25  # how often a waiting non-streaming request checks that its client is still there
 MAX_BODY = 4 * 1024 * 1024
 
 
@@ -72,10 +77,6 @@ class ServerConfig:
     # False (--no-special-in-content): message text is tokenized as plain text, so a
     # `<|im_start|>` a user writes is never the control token (runtime.RuntimeSession)
     special_in_content: bool = True
-
-
-class ClientGone(Exception):
-    """The HTTP client disconnected while its request waited or ran."""
 
 
 def create_app(session: Session, config: ServerConfig, pool: object = None) -> Starlette:
@@ -183,16 +184,16 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
                                "retry later", type="rate_limit_error", code="queue_full",
                                headers={"Retry-After": str(e.retry_after)}) from None
             except ShuttingDown:
-                raise _shutting_down() from None
+                raise shutting_down() from None
             shapes = (InfillShapes if req.kind == "infill" else Shapes)(req, config.model_id, config.draft)
             try:
-                first = await _next(job, request)
+                first = await next_item(job, request)
                 if first[0] != "start":
                     metrics.record(job.id, first)
-                    return _failed(first, req, dialect)
+                    return failed(first, req, dialect)
                 if req.stream:
-                    return JobStream(_sse(job, shapes, metrics, out), on_close=lambda: _abandon(job))
-                return await _collect(job, request, shapes, metrics, dialect, out)
+                    return JobStream(sse(job, shapes, metrics, out), on_close=lambda: _abandon(job))
+                return await collect(job, request, shapes, metrics, dialect, out)
             except BaseException:
                 _abandon(job)
                 raise
@@ -252,22 +253,6 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
     return app
 
 
-class JobStream(StreamingResponse):
-    """A streaming response that cancels its job however the stream ends (done, client gone,
-    server stopping), even when the body iterator never started."""
-
-    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None]) -> None:
-        super().__init__(content, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        self._on_close = on_close
-
-    async def __call__(self, scope, receive, send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._on_close()  # a no-op once the job has finished
-
-
 # ---------------------------------------------------------------------------- helpers
 def _health_info(session: Session, pool: object = None) -> dict:
     """localspec's part of /health: how far the cost model's background timing is (requests
@@ -293,124 +278,3 @@ def _auth(request: Request, key: str | None) -> None:
     if not hmac.compare_digest(token.encode(), key.encode()):
         raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key",
                        headers={"WWW-Authenticate": "Bearer"})
-
-
-async def _next(job: Job, request: Request) -> tuple:
-    """The job's next item; raises ClientGone if the client disconnects while waiting or
-    while items keep coming (checked at most every POLL_SECONDS either way: a non-streaming
-    client that gives up must stop its generation even when tokens flow without a pause)."""
-    now = time.monotonic()
-    if now - getattr(request.state, "polled", 0.0) >= POLL_SECONDS:  # the first call checks too
-        request.state.polled = now
-        if await request.is_disconnected():
-            raise ClientGone()
-    getter = asyncio.ensure_future(job.items.get())
-    try:
-        while True:
-            done, _ = await asyncio.wait({getter}, timeout=POLL_SECONDS)
-            if done:
-                return getter.result()
-            request.state.polled = time.monotonic()
-            if await request.is_disconnected():
-                raise ClientGone()
-    finally:
-        if not getter.done():
-            getter.cancel()
-
-
-def _shutting_down() -> ApiError:
-    return ApiError(503, "the server is shutting down", type="server_error", code="shutting_down")
-
-
-def _failed(item: tuple, req: GenRequest, dialect: Dialect) -> Response:
-    """The response for a job that produced ("error", e) or ("cancelled",) instead of a start."""
-    if item[0] == "cancelled":
-        return Response(status_code=499)
-    return dialect.refuse(_error_for(item[1], req))
-
-
-def _error_for(e: BaseException, req: GenRequest) -> ApiError:
-    param = {"chat": "messages", "infill": "input_prefix"}.get(req.kind, "prompt")
-    if isinstance(e, ContextFullError):
-        return ApiError(400, str(e), param=param, code="context_length_exceeded")
-    if isinstance(e, LocalspecError):
-        return ApiError(400, str(e), code="invalid_value")
-    if isinstance(e, ShuttingDown):
-        return _shutting_down()
-    return ApiError(500, f"engine failure: {type(e).__name__}: {e}", type="server_error", code="engine_error")
-
-
-def _scores(req: GenRequest) -> Scores:
-    return Scores(req.prompt, req.kind == "chat", req.logprobs, req.echo, req.cfg.prompt_logprobs is not None)
-
-
-async def _collect(job: Job, request: Request, shapes: Shapes | InfillShapes, metrics: Metrics, dialect: Dialect,
-                   out: Translator) -> Response:
-    segments: list[dict] = []
-    scores = _scores(shapes.req)
-    while True:
-        item = await _next(job, request)
-        if scores.consume(item):
-            continue
-        if item[0] == "text":
-            add_segment(segments, item[2], item[1], item[3], *item[4:])
-            continue
-        metrics.record(job.id, item)
-        if item[0] == "done":
-            trim_tokens(segments, item[1].stats.n_tokens)  # provenance counts what usage counts
-            body = shapes.response(item[1], job.queue_seconds, segments, item[2], scores.whole(), scores.prefix)
-            if shapes.req.tools is not None:  # the answer's tool calls (server/tool_output.py)
-                apply_tool_calls(body, shapes.req)
-            return JSONResponse(out.response(body))
-        return _failed(item, shapes.req, dialect)
-
-
-async def _sse(job: Job, shapes: Shapes | InfillShapes, metrics: Metrics, out: Translator) -> AsyncIterator[str]:
-    """The event stream: text as the worker produces it, coalesced when the client is slower;
-    `out` turns the chat chunks into the route's own events (dialect.py)."""
-    first = shapes.first()
-    if first is not None:
-        for line in out.chunk(first):
-            yield line
-    segments: list[dict] = []  # tokens whose text is still held back wait for the next chunk
-    scores = _scores(shapes.req)
-    tools = ToolStream(shapes.req) if shapes.req.tools is not None else None
-    while True:
-        echo = scores.echo_now()  # a completion's echoed prompt: the first text, once it is known
-        if echo is not None:
-            for line in out.chunk(shapes.text_chunk(echo, scores.take())):
-                yield line
-        items = [await job.items.get()]
-        while not job.items.empty():
-            items.append(job.items.get_nowait())
-        end: tuple | None = None
-        for item in items:
-            if scores.consume(item):
-                echo = scores.echo_now()
-                if echo is not None:
-                    for line in out.chunk(shapes.text_chunk(echo, scores.take())):
-                        yield line
-            elif item[0] == "text":
-                add_segment(segments, item[2], item[1], item[3], *item[4:])
-            else:
-                end = item
-                break
-        if any(s["text"] for s in segments):
-            lps = scores.take()
-            for chunk in tools.delta(shapes, segments, lps) if tools else [shapes.delta(segments, lps)]:
-                for line in out.chunk(chunk):
-                    yield line
-            segments = []
-        if end is None:
-            continue
-        metrics.record(job.id, end)
-        lines: list[str] = []
-        if end[0] == "done":
-            chunks = shapes.final(end[1], job.queue_seconds, scores.take())
-            for chunk in tools.final(shapes, chunks) if tools else chunks:
-                lines += out.chunk(chunk)
-        elif end[0] == "error":  # after the 200 went out: report in-stream, as llama-server does
-            lines += out.error(_error_for(end[1], shapes.req))
-        for line in lines + out.end():
-            yield line
-        return
