@@ -230,3 +230,29 @@ def test_run_fim_json_says_which_drafter_wrote_each_span(qwen_draft_path: Path, 
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert "".join(s["text"] for s in out["spans"]) == out["text"]
     assert sum(s["tokens"] for s in out["spans"] if s["by"] == "ngram") >= 4, out["spans"]
+
+
+def test_a_stoppable_prompt_is_evaluated_in_small_chunks(smollm2_path) -> None:
+    """A prompt whose evaluation a newer request may stop goes in STOP_CHUNK-token decodes
+    (a 512-token batch is ~5 s of a 2-core CPU the next request would wait for); one that
+    nothing can stop in whole batches. Stopped after its first decode: exactly one chunk kept."""
+    from localspec.backend import Context, Model
+    from localspec.decode.state import STOP_CHUNK, KVState
+    from localspec.stopflag import StopFlag
+
+    ctx = Context(Model(smollm2_path), n_ctx=2048, n_batch=512, n_seq_max=2)
+    sizes: list[int] = []
+    stop = StopFlag()
+    ctx.after_decode = lambda b: (sizes.append(b.n), stop.set())
+    kv = KVState(ctx)
+    prompt = [(i * 37) % 1000 + 10 for i in range(700)]
+    assert kv.sync(prompt, stop) == STOP_CHUNK and sizes == [STOP_CHUNK] and kv.pending == []
+    assert kv.tokens == prompt[:STOP_CHUNK]  # the evaluated part stays cached for the next request
+    ctx.after_decode = lambda b: sizes.append(b.n)
+    sizes.clear()
+    stop.clear()
+    assert kv.sync(prompt, stop) == len(prompt) - 1 - STOP_CHUNK and set(sizes[:-1]) == {STOP_CHUNK}
+    kv.sync([1])
+    sizes.clear()
+    assert kv.sync(prompt) == len(prompt) - 1 and sizes == [512, len(prompt) - 1 - 512]
+    ctx.close()

@@ -36,6 +36,10 @@ from localspec.stopflag import StopFlag
 
 MAIN = 0  # main sequence id; drafts / PARSE cuts use 1..n_seq_max-1
 SCORE_CHUNK = 64  # prompt positions per decode when every position's logits are read (sync's on_rows)
+# prompt tokens per decode while a stop flag may end the evaluation: a superseded editor
+# request, a client gone or Ctrl-C stops at the next chunk. 512 Q4 tokens take ~5.4 s on 2
+# cores, 128 ~1.4 s, at 2 % less prompt throughput (93 vs 95 tok/s: docs/performance.md#fim)
+STOP_CHUNK = 128
 BRANCH = 1  # the one draft sequence of a recurrent / hybrid model that cannot roll back
 
 
@@ -103,7 +107,7 @@ class KVState:
         if on_rows is not None:
             self.pending = [target[-1]]
             return self._sync_scored(todo, on_rows)
-        n_batch = self.ctx.n_batch
+        n_batch = self.ctx.n_batch if stop is None else min(self.ctx.n_batch, STOP_CHUNK)
         for start in range(0, len(todo), n_batch):
             if stop is not None and stop.is_set():
                 self.pending = []
