@@ -116,10 +116,37 @@ def test_bench_priors_fits_on_a_real_model(smollm2_path, tmp_path, capsys):
 
     out = tmp_path / "p.json"
     out.write_text(json.dumps({"draft": {"x--y": 0.5}}))
-    assert main(["bench", "priors", "-m", str(smollm2_path), "--kinds", "edit", "-n", "12", "--out", str(out)]) == 0
+    answers = tmp_path / "answers.json"
+    args = ["bench", "priors", "-m", str(smollm2_path), "--kinds", "edit", "-n", "12", "--answers", str(answers)]
+    assert main([*args, "--out", str(out)]) == 0
+    saved = json.loads(answers.read_text())
+    assert len(saved["edit"]) == 20 and all(len(g) <= 12 for _, _, g in saved["edit"])
     data = json.loads(out.read_text())
     assert data["draft"] == {"x--y": 0.5}  # other pairs' entries are kept
     assert data["lookup"] and data["fitted"]["lookup"]["half"] == "tune"
     for acc, reached in data["lookup"].values():
         assert 0 <= acc <= reached
     assert "lookup acceptance per matched length" in capsys.readouterr().out
+    # the saved answers are reused (no model needed for them) and the gate replayed on them
+    assert main([*args, "--simulate", "--curve", "1:10,2:15,4:20,8:30,16:50"]) == 0
+    text = capsys.readouterr().out
+    assert "| gate | edit |" in text and "| shipped priors |" in text and "| uninformed" in text
+
+
+def test_the_gate_replay_prices_auto_lookups_on_an_answer():
+    """A copied answer: a gate that believes in 8-gram matches drafts and beats AR on a steep
+    CPU curve; one that believes they fail never drafts (exactly AR's time)."""
+    from localspec.bench.gate_replay import replay, speedups
+
+    steep = CostCurve([1, 2, 4, 8, 16, 32], [0.031, 0.060, 0.106, 0.234, 0.330, 0.530])
+    prompt = list(range(100, 160))
+    gen = [100 + i for i in range(48)]  # the answer re-quotes the prompt
+    keys = [("ngram", n) for n in range(2, 9)]
+    believer = LookupGate(prior={k: (5.9, 6.0) for k in keys})
+    sceptic = LookupGate(prior={k: (0.0, 60.0) for k in keys})
+    seconds, passes, drafted = replay(prompt, gen, believer, steep, 2, 8)
+    assert drafted > 0 and passes < len(gen) and seconds < len(gen) * steep(1) / 1.25
+    seconds, passes, drafted = replay(prompt, gen, sceptic, steep, 2, 8)
+    assert drafted == 0 and passes == len(gen) and seconds == pytest.approx(len(gen) * steep(1))
+    answers = [("a", prompt, gen), ("b", prompt, gen)]
+    assert speedups(answers, lambda: LookupGate(prior={k: (0.0, 60.0) for k in keys}), steep, 2, 8) == pytest.approx([1.0, 1.0])

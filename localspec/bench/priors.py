@@ -36,6 +36,12 @@ def lookup_counts(answers: list[tuple[str, list[int], list[int]]], n_min: int, n
     return out
 
 
+def _load_answers(path: str) -> dict[str, list[tuple[str, list[int], list[int]]]]:
+    """{kind: [(prompt id, prompt tokens, answer tokens)]} as --answers saved them."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return {k: [(str(i), list(p), list(g)) for i, p, g in v] for k, v in data.items()}
+
+
 def _sorted(counts: dict[str, list[float]]) -> dict[str, list[float]]:
     return dict(sorted(counts.items(), key=lambda kv: (kv[0].rpartition(":")[0], int(kv[0].rpartition(":")[2]))))
 
@@ -46,10 +52,15 @@ def main(a: argparse.Namespace) -> int:
     target = resolve_model(a.model)
     per_kind: dict[str, dict[str, list[float]]] = {}
     answers_all = []
+    by_kind = _load_answers(a.answers) if a.answers and Path(a.answers).is_file() else {}
     for kind in a.kinds:
-        answers = greedy_answers(str(target), [kind], a.n_predict, a.threads, a.half)
+        if kind not in by_kind:
+            by_kind[kind] = greedy_answers(str(target), [kind], a.n_predict, a.threads, a.half)
+        answers = by_kind[kind]
         answers_all += answers
         per_kind[kind] = lookup_counts(answers, a.n_min, a.n_max)
+    if a.answers:
+        Path(a.answers).write_text(json.dumps({k: [list(x) for x in v] for k, v in by_kind.items()}), encoding="utf-8")
     pooled: dict[str, list[float]] = {}
     for counts in per_kind.values():
         for key, (acc, reached) in counts.items():
@@ -69,10 +80,28 @@ def main(a: argparse.Namespace) -> int:
         print(f"draft {draft.name}: agrees with the greedy answers at {alpha:.3f} of {n} positions "
               f"(median per prompt {median([sum(x) / max(len(x), 1) for x in agree]):.3f})")
         draft_entry = (f"{target.name}--{draft.name}", round(alpha, 4))
+    if a.simulate:
+        _simulate(a, by_kind)
     if a.out:
         _merge(Path(a.out), _sorted(pooled), draft_entry, a)
         print(f"wrote {a.out}", file=sys.stderr)
     return 0
+
+
+def _simulate(a: argparse.Namespace, by_kind: dict[str, list[tuple[str, list[int], list[int]]]]) -> None:
+    """auto's lookup gate replayed on the answers (bench/gate_replay.py), each answer a
+    first turn, from the uninformed priors and from the priors file in use."""
+    from localspec.bench import gate_replay
+    from localspec.bench.ceiling import curve_from_points, measured_curve, parse_curve
+    from localspec.costmodel.lookup import LookupGate
+
+    if a.curve:
+        cost = curve_from_points(parse_curve(a.curve))
+    else:
+        cost = measured_curve(a.model, a.threads, sizes=(1, 2, 4, 8, 16, 32, 64))[0]
+    gates = {"uninformed (before stop 46)": lambda: LookupGate(prior={}), "shipped priors": LookupGate}
+    print("\nauto's lookups replayed on these answers, each a first turn (median speedup over AR on the curve):")
+    print(gate_replay.summary(by_kind, gates, cost, a.n_min, a.n_max))
 
 
 def _merge(path: Path, pooled: dict[str, list[float]], draft_entry: tuple[str, float] | None,
@@ -100,5 +129,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-t", "--threads", type=int, default=2)
     p.add_argument("--spec-ngram-min", dest="n_min", type=int, default=GenConfig.ngram_min, metavar="N")
     p.add_argument("--spec-ngram-max", dest="n_max", type=int, default=GenConfig.ngram_max, metavar="N")
+    p.add_argument("--answers", default=None, metavar="FILE",
+                   help="keep the target's greedy answers here (JSON) and reuse them when the file exists "
+                   "(they depend only on the target, the prompts and -n)")
+    p.add_argument("--simulate", action="store_true",
+                   help="replay auto's lookup gate on the answers, from the uninformed and the shipped priors "
+                   "(bench/gate_replay.py), priced on --curve or llama-bench's pp curve")
+    p.add_argument("--curve", default=None, help="the target's batch curve as tokens:ms pairs (as bench ceiling)")
     p.add_argument("--out", default=None, help="merge the fit into this priors file (the shipped one: "
                    "localspec/data/priors.json)")
