@@ -155,7 +155,9 @@ def test_explain_prices_each_lookup_per_match_length() -> None:
     cfg = GenConfig(method="auto", spec_type=("ngram", "suffix"))
     cfg.validate()
     fresh = explain(None, cfg)  # before any turn: no cost model, no gate
-    assert "ngram: no lookup evidence yet" in fresh and "suffix: no lookup evidence yet" in fresh
+    # ngram starts from the shipped priors (one row per fitted match length), suffix from none
+    assert "shipped prior" in fresh and "ngram: no lookup evidence yet" not in fresh
+    assert "suffix: no lookup evidence yet" in fresh
     assert "alpha 0.50, bet at 0.90" in fresh and "L=" not in fresh  # no target curve to price with
     steep = CostCurve([1, 2, 4, 8, 16], [0.028, 0.047, 0.072, 0.127, 0.148])  # a 2-core CPU's
     cm = CostModel(steep, linear(0.005, 0.001))

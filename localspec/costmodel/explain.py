@@ -64,9 +64,10 @@ def lookup_lines(costs: CostModel | None, cfg: GenConfig) -> list[str]:
     lines = [f"lookups ({names}): auto drafts by lookup where the draft model does not run, at the length the "
              "gate prices best (acceptance learned per proposer and match length, this session)"]
     for kind in kinds:
-        keys = sorted(n[1] for n in (gate.trials if gate else {}) if isinstance(n, tuple) and n[0] == kind)
+        shown = gate or LookupGate()  # before any evidence: the shipped priors (costmodel/priors.py)
+        keys = sorted({n[1] for n in (*shown.trials, *shown.prior) if isinstance(n, tuple) and n[0] == kind})
         if not keys:
-            prior = gate or LookupGate()
+            prior = shown
             line = (f"  {kind}: no lookup evidence yet: every match length starts at alpha "
                     f"{prior.alpha((kind, 0)):.2f}, bet at {prior.optimistic_alpha((kind, 0)):.2f}")
             if target is not None:
@@ -74,13 +75,12 @@ def lookup_lines(costs: CostModel | None, cfg: GenConfig) -> list[str]:
             lines.append(line)
             lines += _stack_line(gate, kind)
             continue
-        assert gate is not None
         lines.append(f"  {kind:7} {'match':>5} {'alpha':>5} {'bet':>5} {'accepted/reached':>17}  drafts")
         for n in keys:
             key = (kind, n)
-            counts = f"{gate.accepted[key]:.0f}/{gate.trials[key]:.0f}"
-            lines.append(f"  {'':7} {n:>5} {gate.alpha(key):>5.2f} {gate.optimistic_alpha(key):>5.2f} {counts:>17}  "
-                         + (_drafts(gate, target, key) if target is not None else "(no target curve yet)"))
+            counts = f"{shown.accepted[key]:.0f}/{shown.trials[key]:.0f}" if key in shown.trials else "shipped prior"
+            lines.append(f"  {'':7} {n:>5} {shown.alpha(key):>5.2f} {shown.optimistic_alpha(key):>5.2f} {counts:>17}  "
+                         + (_drafts(shown, target, key) if target is not None else "(no target curve yet)"))
         lines += _stack_line(gate, kind)
     return lines
 
