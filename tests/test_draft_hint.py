@@ -96,7 +96,7 @@ def _auto(smollm2_path, smollm2_q4_0_path, monkeypatch, tmp_path, hint: bool, te
     monkeypatch.setattr(costmodel, "load_curve", lambda ctx: cheap if ctx.model.path == smollm2_q4_0_path else flat)
     monkeypatch.setattr(CostCurve, "observe", lambda self, n, sec: None)
     # the lookup never drafts alone: every iteration is the draft model's, hinted or not
-    monkeypatch.setattr(LookupGate, "best_length", lambda self, curve, n, longest: (0, 1.0))
+    monkeypatch.setattr(LookupGate, "best_length", lambda self, curve, n, longest, explore=True: (0, 1.0))
     s = session(smollm2_path, smollm2_q4_0_path)
     cfg = GenConfig(method="auto", n_predict=96, seed=1, sampling=SamplingConfig(temp=temp), K=1, auto_L=True,
                     spec_type=("ngram", "draft"), draft_hint=hint)

@@ -150,3 +150,15 @@ def test_the_gate_replay_prices_auto_lookups_on_an_answer():
     assert drafted == 0 and passes == len(gen) and seconds == pytest.approx(len(gen) * steep(1))
     answers = [("a", prompt, gen), ("b", prompt, gen)]
     assert speedups(answers, lambda: LookupGate(prior={k: (0.0, 60.0) for k in keys}), steep, 2, 8) == pytest.approx([1.0, 1.0])
+
+
+def test_without_exploration_the_gate_bets_on_its_estimate():
+    """A draft-model phase prices a lookup on the estimate (auto.MODEL_PHASE_EXPLORE): an
+    unknown match length is not tried there, while an AR phase still explores it."""
+    from localspec.decode.policy import auto
+
+    steep = CostCurve([1, 2, 4, 8, 16], [0.028, 0.047, 0.072, 0.127, 0.148])
+    gate = LookupGate(prior={})
+    assert gate.best_length(steep, ("ngram", 5), 16)[0] > 0  # optimism: 0.5 + 0.4
+    assert gate.best_length(steep, ("ngram", 5), 16, explore=False) == (0, 1.0)
+    assert auto.MODEL_PHASE_EXPLORE is False

@@ -62,10 +62,10 @@ class LookupGate:
         self.accepted[n] = self.accepted.get(n, 0.0) + tau
         self.trials[n] = self.trials.get(n, 0.0) + min(tau + 1, L)
 
-    def best_length(self, target: CostCurve, n: Hashable, available: int) -> tuple[int, float]:
+    def best_length(self, target: CostCurve, n: Hashable, available: int, *, explore: bool = True) -> tuple[int, float]:
         """(draft length that pays most, its predicted speedup over AR); (0, 1.0) when no
-        length beats AR by MARGIN."""
-        a, ar = self.optimistic_alpha(n), 1.0 / target(1)
+        length beats AR by MARGIN. `explore`: bet on the optimistic alpha (else the estimate)."""
+        a, ar = (self.optimistic_alpha(n) if explore else self.alpha(n)), 1.0 / target(1)
         best, best_rate = 0, 0.0
         e = 1.0
         for L in range(1, available + 1):

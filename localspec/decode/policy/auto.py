@@ -39,6 +39,12 @@ FIRST_PROBE = 4  # with little evidence about this pair, probe early
 # alone (a live sample of its 1-token price); a busy machine's draft step was 1.4 s (issue 40)
 RETEST_L = 2
 AR_CHECKS = 3  # plain steps a cost model may take to see the AR cost live (per session)
+# in a draft-model phase a lookup is priced on the gate's estimate, without its exploration
+# bonus: the alternative is a draft that is right ~90 % of the time, and exploring there lost
+# iterations to JSON lookups right 34 % of the time (F16 pair, tune halves, stop 46:
+# structured 1.32x -> 1.41x AR, edit 2.19x -> 2.28x); AR phases still explore, and the
+# shipped priors keep the lengths that copy (docs/performance.md#priors)
+MODEL_PHASE_EXPLORE = False
 
 
 def catch_up(cm: CostModel, turn: Turn) -> tuple[int, float]:
@@ -135,16 +141,17 @@ class Bet(NamedTuple):
     tokens: list[int]  # the continuation (up to LOOKUP_MAX_L): a stack's counterfactual, the draft hint
 
 
-def lookup_bet(turn: Turn, cm: CostModel, lookup: Drafter | None, gate: LookupGate) -> Bet | None:
+def lookup_bet(turn: Turn, cm: CostModel, lookup: Drafter | None, gate: LookupGate, explore: bool = True) -> Bet | None:
     """The lookup's bet for the history's match now; None without a match. The gate learns
-    per (proposer, match length): an ngram and a suffix match of one length are different bets."""
+    per (proposer, match length): an ngram and a suffix match of one length are different bets.
+    `explore`: price it on the gate's optimistic alpha (else its estimate)."""
     if lookup is None:
         return None
     trie = lookup.propose(DraftRequest(turn.target.committed, 1, LOOKUP_MAX_L))
     if trie is None:
         return None
     key = (trie.source, lookup.matched)
-    L, speedup = gate.best_length(cm.target, key, trie.L)
+    L, speedup = gate.best_length(cm.target, key, trie.L, explore=explore)
     return Bet(L, speedup, key, [trie.nodes[i].token for i in trie.path[0]])
 
 
@@ -192,7 +199,7 @@ class AutoPolicy:
             return IterationPlan(None, role="check")
         # in a model phase the lookup drafts an iteration whose match is predicted to beat
         # the model drafter's setting
-        bet = (lookup_bet(turn, cm, self.lookup, self.gate)
+        bet = (lookup_bet(turn, cm, self.lookup, self.gate, explore=MODEL_PHASE_EXPLORE)
                if settings is not None and not probe and turn.stats.predicted else None)
         if bet is not None and bet.L and bet.speedup > turn.stats.predicted[-1][0]:
             return self._lookup_plan(bet)
