@@ -31,6 +31,7 @@ from localspec import tools
 from localspec.bench.common import load_prompts, machine_info, median, write_json
 from localspec.config import GenConfig
 from localspec.costmodel.curves import CostCurve
+from localspec.costmodel.priors import right_prefix
 
 CostFn = Callable[[int], float]
 SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -45,10 +46,7 @@ def curve_from_points(points: dict[int, float]) -> CostCurve:
 
 def _right(draft: Sequence[int], rest: Sequence[int], cap: int) -> int:
     """How many leading tokens of `draft` (at most cap) the answer goes on with."""
-    a = 0
-    while a < cap and a < len(draft) and a < len(rest) and draft[a] == rest[a]:
-        a += 1
-    return a
+    return right_prefix(draft[:cap], rest)
 
 
 def _any_right(history: list[int], rest: list[int], n_min: int, cap: int) -> int:
