@@ -175,8 +175,7 @@ class RuntimeSession:
         self.suffix = None  # a turn in flight keeps its own reference; the next one starts empty
 
     def forget_learning(self, priors: bool = True) -> None:
-        costmodel.priors.use(priors)
-        self._costing.forget_learning()
+        self._costing.forget_learning(priors)
 
     def close(self) -> None:
         if not self._costing.close():  # a timing decode still runs: keep the models

@@ -162,3 +162,32 @@ def test_without_exploration_the_gate_bets_on_its_estimate():
     assert gate.best_length(steep, ("ngram", 5), 16)[0] > 0  # optimism: 0.5 + 0.4
     assert gate.best_length(steep, ("ngram", 5), 16, explore=False) == (0, 1.0)
     assert auto.MODEL_PHASE_EXPLORE is False
+
+
+def test_a_session_forgets_into_the_priors_or_into_none():
+    """SessionCosts.forget_learning: the gate's evidence and the draft's acceptance go; the
+    next turn starts from the shipped priors, or (priors=False) from the uninformed ones,
+    without touching the process-wide switch."""
+    from localspec.costmodel import CostModel
+    from localspec.costmodel.acceptance import Acceptance
+    from localspec.costmodel.session import SessionCosts
+
+    def ctx(name):
+        return SimpleNamespace(model=SimpleNamespace(path=Path(name)))
+
+    sc = SessionCosts.__new__(SessionCosts)
+    sc.target, sc.draft = ctx("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"), ctx("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+    sc._partial = None
+    sc.costs = cm = CostModel(CostCurve([1], [0.03]), CostCurve([1], [0.01]))
+    cm.acceptance_path = Path("accept-x--y-t0.json")
+    cm.lookup = LookupGate()
+    cm.lookup.update(("ngram", 8), 0, 16)
+    cm.acceptance.update(0, 8)
+    sc.forget_learning(priors=False)
+    assert cm.lookup.prior == {} and not cm.lookup.trials and cm.acceptance.alpha == pytest.approx(PRIOR_ALPHA)
+    assert priors.enabled()
+    sc.forget_learning()
+    assert cm.lookup.prior == priors.lookup_priors() and cm.acceptance.trials == 0
+    assert cm.acceptance.alpha == pytest.approx(priors.draft_alpha(sc.target.model.path.name,
+                                                                   sc.draft.model.path.name, True))
+    assert Acceptance.is_greedy(cm.acceptance_path) and not Acceptance.is_greedy(Path("accept-x--y-tx.json"))

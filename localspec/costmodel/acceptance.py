@@ -67,6 +67,11 @@ class Acceptance:
     def path(target: Context, draft: Context, greedy: bool) -> Path:
         return cache_dir() / f"accept-{target.model.path.name}--{draft.model.path.name}-{'t0' if greedy else 'tx'}.json"
 
+    @staticmethod
+    def is_greedy(path: Path) -> bool:
+        """Whether `path` (as `path` names it) holds a greedy target's acceptance."""
+        return path.name.endswith("-t0.json")
+
     def load(self, path: Path) -> None:
         """Start from what this pair achieved before (acceptance is a property of the pair)."""
         d = store.read_json(path)  # what this process could not write, else the file

@@ -14,7 +14,9 @@ the report halves) and writes localspec/data/priors.json:
   target's greedy answers (what sd's acceptance is at T = 0).
 
 A prior is evidence worth PRIOR_WEIGHT verifications: a session's own first few
-verifications already outweigh it. `use(False)` turns them off (the bench's cold column).
+verifications already outweigh it. `use(False)` turns them off for the whole process (new
+estimates start uninformed); a session forgets into either state with
+Session.forget_learning(priors=...) (the bench's `auto-cold` column).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ _enabled = True
 
 def use(enabled: bool) -> None:
     """Start new estimates from the shipped priors (True, the default) or from the
-    uninformed ones (`bench speed`'s `auto-cold` column: what every session did before)."""
+    uninformed ones, process-wide (what every session did before stop 46)."""
     global _enabled
     _enabled = enabled
 

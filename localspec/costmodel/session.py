@@ -33,8 +33,10 @@ from localspec import costmodel
 from localspec.backend import Context
 from localspec.config import GenConfig
 from localspec.costmodel import curves
+from localspec.costmodel.acceptance import Acceptance
 from localspec.costmodel.curves import BATCH_SIZES, QUICK_SIZES, CostCurve
 from localspec.costmodel.gate import DecodeGate, Ticket
+from localspec.costmodel.lookup import LookupGate
 from localspec.costmodel.predict import CostModel
 from localspec.decode.drafters import registry
 from localspec.errors import LocalspecError
@@ -188,17 +190,19 @@ class SessionCosts:
         no draft curve to save."""
         costmodel.save(self.target, None if cm is self._partial else self.draft, cm)
 
-    def forget_learning(self) -> None:
-        """Start the next turn from the priors, as a fresh process on a fresh machine would:
-        the lookup gate's evidence and the draft's acceptance forgotten (the curves kept).
-        `bench speed --first-turn` measures every prompt as such a first turn."""
+    def forget_learning(self, priors: bool = True) -> None:
+        """Start the next turn as a fresh process on a fresh machine would: the lookup gate's
+        evidence and the draft's acceptance forgotten (the curves kept), starting from the
+        shipped priors, or (`priors` False) from the uninformed ones. `bench speed
+        --first-turn` measures every prompt as such a first turn."""
         for cm in (self.costs, self._partial):
             if cm is not None:
-                cm.lookup = None
+                cm.lookup = LookupGate() if priors else LookupGate(prior={})
         cm = self.costs
         if cm is not None and cm.acceptance_path is not None and self.draft is not None:
-            greedy = cm.acceptance_path.name.endswith("-t0.json")
-            cm.acceptance = costmodel.fresh_acceptance(self.target, self.draft, greedy)
+            greedy = Acceptance.is_greedy(cm.acceptance_path)
+            cm.acceptance = (costmodel.fresh_acceptance(self.target, self.draft, greedy) if priors
+                             else Acceptance())
 
     # ------------------------------------------------------------------ internals
     def _plan(self) -> list[Context]:
