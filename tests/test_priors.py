@@ -191,3 +191,13 @@ def test_a_session_forgets_into_the_priors_or_into_none():
     assert cm.acceptance.alpha == pytest.approx(priors.draft_alpha(sc.target.model.path.name,
                                                                    sc.draft.model.path.name, True))
     assert Acceptance.is_greedy(cm.acceptance_path) and not Acceptance.is_greedy(Path("accept-x--y-tx.json"))
+
+
+def test_auto_cold_needs_first_turn(capsys):
+    """auto-cold only means something on a first turn: without --first-turn the bench says so
+    in one line (exit 2) before any model loads."""
+    from localspec.cli.main import main
+
+    rc = main(["bench", "speed", "--kinds", "chat", "--half", "tune", "--methods", "auto-cold", "--no-peer", "--limit", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "add --first-turn" in err and len(err.strip().splitlines()) == 1

@@ -225,6 +225,9 @@ def main(a: argparse.Namespace) -> int:
     if a.quick:
         a.n_predict = min(a.n_predict, 64)
     configs = parse_grid(a.methods, a.grid, a.temp)
+    if any(c.cold for c in configs) and not a.first_turn:
+        raise ConfigError("auto-cold is auto's first turn without the shipped priors: add --first-turn "
+                          "(later turns learn the same way with or without them)")
     peer_specs = [Spec(PEER, 1, a.peer_draft_max, a.temp, proposers=t) for t in a.peer_spec_types]
     peer_spec = peer_specs[0]
     models = peer_paths(a.peer, target, draft)
