@@ -17,7 +17,7 @@ import numpy as np
 from localspec import costmodel
 from localspec.backend import Context, Model, check_vocab_compat
 from localspec.backend.chat import ChatTemplate
-from localspec.backend.fim import build_infill
+from localspec.backend.fim import build_infill, fim_budget
 from localspec.backend.logs import configure_logging
 from localspec.backend.mtp import MtpHead
 from localspec.backend.offload import plan_pair
@@ -257,7 +257,7 @@ class RuntimeSession:
         tm.fim.require(self.target_name)
         opts = self.options
         return build_infill(tm.fim, lambda t: tm.tokenize(t, add_special=False, parse_special=False), fim,
-                            n_batch=opts.n_batch, n_predict=n_predict, n_ctx=opts.n_ctx,
+                            n_batch=fim_budget(opts.n_batch, opts.n_ctx), n_predict=n_predict, n_ctx=opts.n_ctx,
                             bos=tm.bos if tm.add_bos and tm.bos >= 0 else None)
 
     @property

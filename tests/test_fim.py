@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from localspec.backend.fim import NULL, FimTokens, FimUnsupportedError, build_infill
+from localspec.backend.fim import NULL, FimTokens, FimUnsupportedError, build_infill, fim_budget
 from localspec.cli.main import main
 from localspec.config import GenConfig
 from localspec.decode.lines import LineRules
@@ -73,6 +73,29 @@ def test_budget_extra_keeps_the_most_recent_tokens() -> None:
     head = got.split("<PRE>")[0]
     assert head == "xxxxxxLAST<SEP>filename\n"  # 20 tokens: <SEP> is one
     assert build(inp=inp, n_ctx=512 + 128, n_batch=512, n_predict=64).startswith("<PRE>")  # no room: none
+
+
+def test_fim_budget_is_llama_servers_default_batch_where_the_context_holds_it() -> None:
+    """llama-server budgets with its -b (2048 by default), not localspec's decode batch."""
+    assert fim_budget(512, 4096) == 2048
+    assert fim_budget(512, 2048) == 1024  # a short context: half of it
+    assert fim_budget(4096, 16384) == 4096  # a larger --batch widens it
+    assert fim_budget(512, 512) == 512
+
+
+def test_a_typed_character_keeps_the_prompt_up_to_the_cursor() -> None:
+    """An editor's follow-up request (one more character before the cursor) shares every
+    token up to the cursor with the one before, so only the typed character and what
+    follows the cursor are evaluated again; a prefix cut to a sliding window (the 512 budget
+    kept 384 tokens) would change from its first token."""
+    before, after = "x = 1\n" * 150, "\nreturn y\n"  # a 1,050-token prefix
+    n = fim_budget(512, 4096)
+    one = build(PLAIN, FimInput(before, after), n_batch=n)
+    two = build(PLAIN, FimInput(before + "z", after), n_batch=n)
+    cursor = len("<PRE>" + before)
+    assert one[:cursor] == two[:cursor] == "<PRE>" + before
+    slid = build(PLAIN, FimInput(before + "z", after), n_batch=512)
+    assert not slid.startswith(one[:cursor])
 
 
 def test_a_model_without_fim_tokens_is_refused_by_name() -> None:

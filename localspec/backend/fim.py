@@ -16,7 +16,12 @@ and bench fim compares like with like. The repository-level pattern (Qwen2.5-Cod
 (a model without REP/SEP gets chunks behind a plain-text `--- snippet ---` separator) and the
 same budget when the context is short: the prefix keeps its last 3/4 x n_batch tokens, the
 suffix its first n_batch/4 - 2 - len(prompt), and the extra chunks fill what remains of
-n_ctx - n_batch - 2 x n_predict, the most recent (last) tokens kept.
+n_ctx - n_batch - 2 x n_predict, the most recent (last) tokens kept. llama-server's n_batch
+is its `-b` (2048 by default); localspec's `--batch` sizes its decodes (512 by default), not
+its prompts, so the budget is `fim_budget`: llama-server's default wherever the context
+holds it twice, so that an editor gets the same prompt from both servers. (With 512, the
+prefix kept only its last 384 tokens: every typed character slid that window, and a
+follow-up request re-evaluated the whole prefix instead of the few tokens typed.)
 """
 
 from __future__ import annotations
@@ -70,6 +75,15 @@ class FimTokens:
             raise FimUnsupportedError(
                 f"{model_name} has no fill-in-the-middle tokens (missing: "
                 f"{', '.join('fim_' + m for m in self.missing)}); use a FIM model such as qwen2.5-coder")
+
+
+SERVER_BATCH = 2048  # llama-server's default -b: the budget its format_prompt_infill uses
+
+
+def fim_budget(n_batch: int, n_ctx: int) -> int:
+    """The n_batch to budget a FIM prompt with: llama-server's default (2048) when the context
+    holds twice that, else half the context; never below the decode batch (`--batch`)."""
+    return max(n_batch, min(SERVER_BATCH, n_ctx // 2))
 
 
 def build_infill(fim: FimTokens, tokenize: Tokenize, inp: FimInput, *, n_batch: int, n_predict: int,

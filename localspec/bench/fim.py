@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from localspec.bench.common import machine_info, write_json
 from localspec.bench.fim_holes import Hole, cut_holes
+from localspec.bench.fim_rhythm import rhythm, table_lines
 from localspec.bench.peer import peer_tool
 from localspec.bench.serve import _free_port, _pct, _wait_ready, start_server, stop_server
 
@@ -46,6 +47,7 @@ class Row:
     skipped: str = ""
     samples: list[dict] = field(default_factory=list)  # per hole: id, kind, latency, tokens, exact
     typing: dict | None = None
+    rhythm: dict | None = None
 
     def summary(self) -> dict:
         s = self.samples
@@ -59,6 +61,8 @@ class Row:
                "samples": s}
         if self.typing is not None:
             out["typing"] = self.typing
+        if self.rhythm is not None:
+            out["rhythm"] = self.rhythm
         return out
 
 
@@ -174,6 +178,8 @@ def bench_server(server: str, a: argparse.Namespace, holes: list[Hole]) -> Row:
         _wait_ready(port, proc, a.startup_timeout)
         post(port, WARM_UP)  # first-request costs are not the server's speed (and no hole is cached by it)
         row.samples = ask(port, holes, a.n_predict)
+        if a.rhythm > 0:
+            row.rhythm = rhythm(post, port, holes[: a.rhythm], a.n_predict, a.words)
         if server.startswith("localspec") and a.typing > 0:
             row.typing = typing(port, holes[: a.typing], a.n_predict, a.interval_ms / 1e3, a.keys)
     except (RuntimeError, OSError) as e:
@@ -201,7 +207,7 @@ def table(rows: list[dict]) -> str:
                          f"superseded completions ended {ty['stale_p50_ms']:.0f} ms (p50) / {ty['stale_max_ms']:.0f} ms "
                          f"(max) after their successor was sent, {ty['superseded_tokens_mean']:.1f} tokens each; "
                          f"last keystroke's completion {ty['final_latency_p50_ms']:.0f} ms (p50)")
-    return "\n".join(lines)
+    return "\n".join(lines + table_lines(rows))
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -222,6 +228,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peer-args", default="--poll 0", help="more llama-server flags")
     p.add_argument("--typing", type=int, default=3, help="holes of the typing simulation (0: none)")
     p.add_argument("--keys", type=int, default=6, help="keystrokes typed per hole")
+    p.add_argument("--rhythm", type=int, default=0,
+                   help="holes of the editor rhythm (every server): asked at the cursor, then after each typed word")
+    p.add_argument("--words", type=int, default=3, help="words typed per rhythm hole (a request after each)")
     p.add_argument("--interval-ms", type=float, default=150.0, help="time between keystrokes")
     p.add_argument("--startup-timeout", type=float, default=600.0)
     p.add_argument("--out", default=None, help="write the results as JSON here")
@@ -231,8 +240,8 @@ def main(a: argparse.Namespace) -> int:
     from localspec.errors import ConfigError
     from localspec.models import resolve_model
 
-    if a.holes < 1 or a.n_predict < 1 or a.keys < 0 or a.interval_ms <= 0:
-        raise ConfigError("--holes and -n must be >= 1, --keys >= 0 and --interval-ms > 0")
+    if a.holes < 1 or a.n_predict < 1 or a.keys < 0 or a.interval_ms <= 0 or a.rhythm < 0 or a.words < 1:
+        raise ConfigError("--holes, -n and --words must be >= 1, --keys and --rhythm >= 0, --interval-ms > 0")
     servers = [s.strip() for s in a.servers.split(",") if s.strip()]
     bad = [s for s in servers if s.partition(":")[0] not in ("localspec", "llama-server")]
     if bad:
