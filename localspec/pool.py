@@ -24,7 +24,8 @@ from localspec.costmodel.inround import InRound
 from localspec.decode.drafters.suffix_shared import SharedSuffix
 from localspec.decode.state import KVState
 from localspec.errors import ConfigError
-from localspec.runtime import RuntimeSession, open_session
+from localspec.loading import open_session
+from localspec.runtime import RuntimeSession
 from localspec.session import ProgressFn, SessionOptions
 
 MAX_SLOTS = 16  # n_slots x n_seq_max must stay within llama.cpp's 256 sequences

@@ -15,12 +15,10 @@ from functools import cached_property
 import numpy as np
 
 from localspec import costmodel
-from localspec.backend import Context, Model, check_vocab_compat
+from localspec.backend import Context, Model
 from localspec.backend.chat import ChatTemplate
 from localspec.backend.fim import build_infill, fim_budget
-from localspec.backend.logs import configure_logging
 from localspec.backend.mtp import MtpHead
-from localspec.backend.offload import plan_pair
 from localspec.config import GenConfig
 from localspec.costmodel import CostModel
 from localspec.costmodel.session import SessionCosts, Ticket
@@ -29,66 +27,16 @@ from localspec.decode.constrained import TurnConstraint
 from localspec.decode.drafters.suffix import SuffixStore
 from localspec.decode.drafters.suffix_shared import SharedSuffix, SlotSuffix
 from localspec.decode.emitter import Emitter
+from localspec.decode.grammars import Grammars
 from localspec.decode.lines import LineRules
 from localspec.decode.plan import Loop, fit_memory, pick_loop, plan_turn
 from localspec.decode.prompt_scores import PromptScorer
 from localspec.decode.state import KVState
-from localspec.decode.think_gate import think_gate
-from localspec.decode.tool_gate import tool_gate
 from localspec.decode.turn import Turn
 from localspec.errors import ConfigError
 from localspec.events import Done, Event, PromptLogprobs, Stats
-from localspec.models.gguf import nextn_layers
 from localspec.session import FimInput, Message, ProgressFn, Prompt, SessionOptions, ThinkMarkers
 from localspec.stopflag import StopFlag
-
-MAX_GRAMMARS = 32  # compiled grammars a session keeps (_turn_constraint)
-
-
-def _resolve(spec: str, progress: ProgressFn | None) -> str:
-    from localspec.models import resolve_model
-
-    return str(resolve_model(spec, fetch=True, progress=True))
-
-
-def open_session(
-    target: str,
-    draft: str | None = None,
-    options: SessionOptions | None = None,
-    progress: ProgressFn | None = None,
-) -> RuntimeSession:
-    """Resolve (fetching if needed) and load target and draft; check their vocabularies."""
-    return load_session(target, draft, options or SessionOptions(), progress)
-
-
-def load_session(
-    target: str, draft: str | None, options: SessionOptions, progress: ProgressFn | None
-) -> RuntimeSession:
-    """Resolve, load and check a target (and optional draft)."""
-    say = progress or (lambda msg, frac: None)
-    if options.rpc:  # llama.cpp picks a model's devices at load time: register servers first
-        from localspec.backend.rpc import connect
-
-        say(f"connecting to {', '.join(options.rpc)}", 0.0)
-        connect(options.rpc)
-    say(f"resolving {target}", 0.0)
-    tpath = _resolve(target, progress)
-    dpath = _resolve(draft, progress) if draft else None
-    say(f"loading {target}", 0.3)
-    configure_logging(options.verbose)  # -v shows the backends' start-up lines too
-    plan = plan_pair(options, tpath, dpath)  # where layers go (GPU offload), draft first
-    load_mtp = options.mtp is True or (options.mtp is None and not dpath and nextn_layers(tpath) > 0)
-    tmodel = Model(tpath, verbose=options.verbose, load=options.target_load, placement=plan.target, load_mtp=load_mtp)
-    dmodel = None
-    if dpath:
-        say(f"loading {draft}", 0.6)
-        dmodel = Model(dpath, verbose=options.verbose, load=options.draft_load, placement=plan.draft)
-        check_vocab_compat(tmodel, dmodel)
-    say("creating contexts", 0.9)
-    sess = RuntimeSession(tmodel, dmodel, options, target_name=target, draft_name=draft)
-    sess.progress = progress
-    say("ready", 1.0)
-    return sess
 
 
 class RuntimeSession:
@@ -130,9 +78,7 @@ class RuntimeSession:
         # request's), kept across turns and resets; made on the first turn that drafts by it
         self.suffix: SuffixStore | None = None
         self.shared_suffix: SharedSuffix | None = None  # a pool's slots: every slot's finished ones
-        # (kind, text) -> its compiled Constraint, the most recent MAX_GRAMMARS: a server meets
-        # a new grammar with every new tools list or schema, and each holds a compiled parser
-        self._constraints: dict[tuple[str, str], object] = {}
+        self.grammars = Grammars(target)  # compiled grammars, each turn's matcher (decode/grammars.py)
         self._scorer = PromptScorer()  # prompt log-probabilities, with the last prompt's kept
 
     @property
@@ -365,36 +311,6 @@ class RuntimeSession:
         bos_in_text = tm.bos >= 0 and text.startswith(self.template.bos_text or "\0") and spans[0][0] > 0
         return ([tm.bos] if tm.add_bos and not bos_in_text else []) + tm.tokenize_plain(text, spans)
 
-    def _turn_constraint(self, cfg: GenConfig, prompt_text: str | None) -> TurnConstraint | None:
-        """The turn's grammar state: a fresh matcher (the answer is constrained, not the
-        prompt) of the session's compiled grammar for this spec (compiled once per spec; the
-        model's llguidance tokenizer once per process: backend/grammar.py), behind a thinking
-        model's reasoning block (decode/think_gate.py); a tool call's grammar behind its
-        trigger (decode/tool_gate.py)."""
-        spec = cfg.constraint
-        if spec is None:
-            return None
-        from localspec.backend.grammar import eog_ids, ll_tokenizer
-        from localspec.constrain import Constraint
-
-        key = (spec.kind, spec.text)  # a tool call's trigger / laziness is the gate's, not the grammar's
-        compiled = self._constraints.pop(key, None)
-        if compiled is None:
-            tm = self.target_model
-            compiled = Constraint(spec, ll_tokenizer(tm), tm.n_vocab, eog_ids(tm))
-            while len(self._constraints) >= MAX_GRAMMARS:
-                del self._constraints[next(iter(self._constraints))]  # the least recently used
-        self._constraints[key] = compiled
-        n = self.target_model.n_vocab
-        matcher = compiled.matcher()
-        trig = spec.trigger
-        if trig is not None:  # a tool call: the grammar from its opening marker on (decode/tool_gate.py)
-            tm = self.target_model
-            ids = [tuple(tm.tokenize(t, add_special=False, parse_special=True)) if t else () for t in (trig.open, trig.close)]
-            matcher = tool_gate(matcher, ids[0], trig.lazy, n, close=ids[1], eog=eog_ids(tm), parallel=trig.parallel)
-        matcher = think_gate(matcher, self.think_markers, prompt_text, n)  # type: ignore[attr-defined]
-        return TurnConstraint(matcher, n, spec.kind)  # type: ignore[attr-defined]
-
     def _suffix_store(self, cfg: GenConfig, tokens: list[int]) -> SuffixStore | SlotSuffix | None:
         """The session's suffix store when this turn may draft by it (made once; its bound
         follows the latest turn's --spec-suffix-max-tokens); a pool's slot also reads the
@@ -410,7 +326,7 @@ class RuntimeSession:
     def _generate(self, tokens: list[int], cfg: GenConfig, prompt_text: str | None) -> Iterator[Event]:
         plan = plan_turn(cfg, self.options, self.target, self.draft, self.mtp)
         cfg, loop, method, needs_costs = plan.cfg, plan.loop, plan.method, plan.needs_costs
-        constraint = self._turn_constraint(cfg, prompt_text)  # a grammar that does not compile raises here
+        constraint = self.grammars.turn(cfg, self.think_markers, prompt_text)  # a bad grammar raises here
         self._last = None
         self._stop.clear()  # before the wait: a stop while it waits ends the turn at once
         # the contexts are this generation's until it ends: wait for a timing step in flight

@@ -1,7 +1,7 @@
 """The Session interface: the one thing frontends (CLI, TUI, bench, server) talk to.
 
 Frontends never touch the backend or the decoding loops: they open a session
-(`localspec.runtime.open_session` loads the models) and iterate over the events of
+(`localspec.loading.open_session` loads the models) and iterate over the events of
 `generate()` (any prompt: chat messages, raw text or token ids) or `chat()` (one more user
 turn of the session's own conversation). A session keeps both models' KV caches between
 calls and reuses the longest common token prefix, so a chat client that resends the whole

@@ -8,7 +8,7 @@ Now every frontend goes down the same three stairs and never climbs back:
 
 1. `Asked` - the user's values, numbers checked, nothing loaded (`check` refuses what the
    models could not run with, before a context exists: llama.cpp aborts on some of it);
-2. the session loads (runtime.open_session);
+2. the session loads (loading.open_session);
 3. `resolve(asked, session, target)` -> `Settings`: the model's card fills every sampling
    field the user left open (localspec.sampling_defaults: typed flag > registry set for the
    thinking mode > GGUF metadata > llama.cpp's defaults), the thinking switch becomes the

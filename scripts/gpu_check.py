@@ -42,8 +42,8 @@ from localspec.backend.logs import configure_logging
 from localspec.config import GenConfig
 from localspec.constrain.spec import ConstraintSpec
 from localspec.events import Accepted, Written
+from localspec.loading import load_session
 from localspec.placement.load import LoadOptions
-from localspec.runtime import load_session
 from localspec.session import SessionOptions
 
 CPU_SIZES = (1, 2, 4, 8, 16, 32, 64)

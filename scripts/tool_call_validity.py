@@ -17,7 +17,7 @@ import time
 import jsonschema
 
 from localspec.config import GenConfig, SamplingConfig
-from localspec.runtime import open_session
+from localspec.loading import open_session
 from localspec.server.tools import detect_format, parse_tools, template_tools, tool_constraint
 from localspec.session import SessionOptions
 from localspec.toolcall import parse_calls

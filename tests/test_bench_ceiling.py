@@ -158,7 +158,7 @@ def test_a_model_agrees_with_its_own_greedy_answer(smollm2_q8_path, tiny, kind) 
     from localspec import tools
     from localspec.config import GenConfig
     from localspec.events import Accepted, Written
-    from localspec.runtime import open_session
+    from localspec.loading import open_session
     from localspec.session import SessionOptions
 
     path = smollm2_q8_path if kind == "smollm2" else tiny[kind]

@@ -150,5 +150,5 @@ def test_top_level_holds_only_the_core() -> None:
     """Features live in their rooms (cli/, thinking/, placement/, ...): the top level keeps
     the shared core modules only."""
     top = sorted(f.stem for f in PKG.glob("*.py"))
-    assert top == ["__init__", "config", "errors", "events", "pool", "runtime", "sampling", "sampling_defaults",
+    assert top == ["__init__", "config", "errors", "events", "loading", "pool", "runtime", "sampling", "sampling_defaults",
                    "session", "settings", "stopflag", "tools"], top

@@ -305,7 +305,7 @@ def test_auto_drafts_with_the_head_when_no_draft_model_is_given(tiny, tmp_path, 
     given, or on a target without a head, nothing extra is loaded."""
     from localspec.costmodel.curves import CostCurve
     from localspec.decode.drafters import mtp as mtp_mod
-    from localspec.runtime import open_session
+    from localspec.loading import open_session
 
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))  # the tiny model's curves, timed here
     monkeypatch.setattr(mtp_mod, "HEAD_COST_PRIOR", 0.01)

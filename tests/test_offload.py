@@ -178,7 +178,7 @@ def test_loaded_model_and_context_follow_their_load_options(smollm2_path):
 
 
 def test_target_and_draft_get_their_own_threads(smollm2_path, smollm2_q8_path):
-    from localspec.runtime import load_session
+    from localspec.loading import load_session
 
     opts = SessionOptions(n_ctx=256, threads=1, target_load=LoadOptions(threads=1),
                           draft_load=LoadOptions(threads=2))

@@ -13,7 +13,7 @@ from pathlib import Path
 from textual.widgets import Input
 
 from localspec.config import GenConfig
-from localspec.runtime import open_session
+from localspec.loading import open_session
 from localspec.session import ProgressFn, Session, SessionOptions
 from localspec.tui import LocalspecApp
 from tests.support.replay import wait_until

@@ -16,8 +16,8 @@ from localspec.config import GenConfig
 
 def main(a: argparse.Namespace) -> int:
     from localspec.bench import llama_bench, peer
+    from localspec.loading import open_session
     from localspec.models import resolve_model
-    from localspec.runtime import open_session
     from localspec.session import SessionOptions
 
     prompts = load_prompts(None, ["code"], a.limit)

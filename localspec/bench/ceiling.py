@@ -161,7 +161,7 @@ def greedy_answers(model: str, kinds: list[str] | None, n_predict: int, threads:
     from localspec.bench.runner import session_prompt
     from localspec.config import GenConfig
     from localspec.events import Written
-    from localspec.runtime import open_session
+    from localspec.loading import open_session
     from localspec.session import SessionOptions
 
     sess = open_session(model, None, SessionOptions(threads=threads))

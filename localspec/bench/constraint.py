@@ -19,7 +19,7 @@ import numpy as np
 from localspec import tools
 from localspec.config import GenConfig, SamplingConfig
 from localspec.constrain import ConstraintSpec
-from localspec.runtime import open_session
+from localspec.loading import open_session
 from localspec.session import SessionOptions
 
 SCHEMA = {"type": "object", "properties": {

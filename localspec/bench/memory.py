@@ -30,7 +30,7 @@ TINY = (("attention (qwen3moe)", "qwen3moe", 16), ("hybrid, snapshots (qwen35)",
 
 def main(a: argparse.Namespace) -> int:
     from localspec.bench import peer
-    from localspec.runtime import open_session
+    from localspec.loading import open_session
     from localspec.session import SessionOptions
 
     d = Path(a.tiny)

@@ -232,8 +232,8 @@ def apply_quick(a: argparse.Namespace) -> None:
 
 
 def main(a: argparse.Namespace) -> int:
+    from localspec.loading import open_session
     from localspec.models import default_pair
-    from localspec.runtime import open_session
 
     if a.quick:
         apply_quick(a)

@@ -137,8 +137,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
         from localspec.server.schema import Limits
     except ImportError as e:
         raise LocalspecError(f"localspec serve needs starlette and uvicorn ({e}): pip install starlette uvicorn") from None
+    from localspec.loading import open_session
     from localspec.models import default_pair
-    from localspec.runtime import open_session
 
     target, draft = a.target, a.draft
     if target is None:

@@ -24,8 +24,8 @@ from localspec.backend.offload import plan_models
 from localspec.config import GenConfig, SamplingConfig
 from localspec.costmodel.curves import curve_path
 from localspec.events import Done
+from localspec.loading import open_session
 from localspec.placement.load import LoadOptions
-from localspec.runtime import open_session
 from localspec.session import SessionOptions
 
 PROMPT = "Write a short poem about the sea."

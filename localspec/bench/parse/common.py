@@ -17,7 +17,7 @@ N_PREDICT = 400
 
 def open_pair(target: str, draft: str | None, threads: int | None, n_ctx: int = 2048, n_batch: int = 512):
     """The loaded pair every step measures on (a RuntimeSession: the probe reads its parts)."""
-    from localspec.runtime import open_session
+    from localspec.loading import open_session
     from localspec.session import SessionOptions
 
     return open_session(target, draft, SessionOptions(n_ctx=n_ctx, n_batch=n_batch, threads=threads))
