@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from localspec.bench.fim import table
-from localspec.bench.fim_holes import KINDS, cut_holes, stdlib_files
+from localspec.bench.fim_holes import KINDS, Hole, cut_holes, stdlib_files
+from localspec.bench.fim_rhythm import table_lines, typed_points
 
 
 def test_holes_are_deterministic_and_cover_kinds_and_halves() -> None:
@@ -47,16 +48,43 @@ def test_the_table_compares_with_the_best_llama_server() -> None:
     assert "skipped: not built" in lines[4]
 
 
+def test_typed_points_are_word_ends_short_of_the_whole_middle() -> None:
+    middle = "return os.path.join(a, b)\n"
+    assert typed_points(middle, 3) == [7, 23]  # after "return ", after "os.path.join(a, "; the last word is the end
+    assert typed_points(middle, 1) == [7]
+    assert typed_points("pass\n", 3) == []  # one word: nothing left to ask for once it is typed
+
+
+def test_rhythm_table_compares_warm_latency_with_the_best_llama_server() -> None:
+    def row(server: str, p50: float) -> dict:
+        return {"server": server, "skipped": "", "rhythm": {"requests": 4, "words": 3, "warm_p50_ms": p50,
+                                                           "warm_p95_ms": p50 * 2, "exact": 0.5, "prompt_share": 0.7,
+                                                           "cold_p50_ms": 9000.0}}
+    lines = table_lines([row("localspec", 1500.0), row("llama-server:none", 3000.0), row("llama-server:ngram-simple", 2000.0)])
+    assert "3 typed words" in lines[1]
+    assert lines[3].split()[0] == "localspec" and lines[3].split()[-1] == "0.75x"
+    assert lines[5].split()[-1] == "1.00x"
+    assert table_lines([{"server": "localspec", "skipped": "", "rhythm": None}]) == []
+
+
 @pytest.mark.slow
 def test_bench_fim_smoke(qwen_draft_path: Path, tmp_path: Path) -> None:
     """Two holes and one typed keystroke on Qwen2.5-Coder-0.5B alone (prompt lookups), no peer."""
     out = tmp_path / "fim.json"
     r = subprocess.run([sys.executable, "-m", "localspec.cli", "bench", "fim", "-m", str(qwen_draft_path), "-md", "",
-                        "--method", "sd", "--localspec-args", "--spec-type ngram -L 8", "--servers", "localspec",
-                        "--holes", "2", "--half", "all", "-n", "8", "-c", "2048", "--typing", "1", "--keys", "1",
+                        "--method", "sd", "--localspec-args", "--spec-type ngram -L 8",
+                        "--servers", "localspec,localspec:ar", "--holes", "2", "--half", "all", "-n", "8", "-c", "2048",
+                        "--typing", "1", "--keys", "1", "--rhythm", "2", "--words", "1",
                         "--out", str(out)], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr
-    row = json.loads(out.read_text())["rows"][0]
+    data = json.loads(out.read_text())
+    row, ar = data["rows"]
+    # the rhythm: one warm request per hole with a word to type, asked of both servers
+    want = sum(1 for h in data["holes"] if typed_points(Hole(**{**h, "extra": tuple(h["extra"])}).middle, 1))
+    for x in (row, ar):
+        assert x["rhythm"]["requests"] == want and len(x["rhythm"]["cold"]) == want
+        assert all(s["typed"] > 0 and s["latency"] > 0 for s in x["rhythm"]["warm"])
+    assert ar["typing"]["keystrokes"] == 2 and ar["server"] == "localspec:ar"
     assert row["server"] == "localspec" and not row["skipped"] and row["holes"] == 2
     assert all(0 < s["tokens"] <= 8 and s["latency"] > 0 for s in row["samples"])
     assert row["typing"]["keystrokes"] == 2 and row["typing"]["superseded_tokens_mean"] < 8

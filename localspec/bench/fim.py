@@ -1,7 +1,8 @@
 """`localspec bench fim`: code completion as an editor feels it, beside llama-server /infill.
 
-Each server is started on the same model files and threads, warmed up with one request,
-then asked the holes one at a time (greedy, `n_predict` 64, the editor's request shape:
+Every server is started on the same model files and threads and warmed up with one request;
+then each hole is asked of every server in turn, one request at a time (so a machine that
+drifts drifts for all of them alike; the idle servers sleep), greedy, `n_predict` 64, the editor's request shape:
 bench/fim_holes.py): latency per completion as the client sees it (p50 / p95), generated
 tokens per second of that latency, and how often the answer is exactly the middle the file
 has. llama-server runs with each `--spec-type` in the same run (`none`, `ngram-simple`,
@@ -21,14 +22,17 @@ import argparse
 import http.client
 import json
 import shlex
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import IO
 
 from localspec.bench.common import machine_info, write_json
 from localspec.bench.fim_holes import Hole, cut_holes
-from localspec.bench.fim_rhythm import rhythm, table_lines
+from localspec.bench.fim_rhythm import Rhythm, table_lines, typed_points
 from localspec.bench.peer import peer_tool
 from localspec.bench.serve import _free_port, _pct, _wait_ready, start_server, stop_server
 
@@ -81,18 +85,16 @@ def post(port: int, body: dict, timeout: float = 600) -> tuple[dict, float]:
     return json.loads(data), time.perf_counter() - t0
 
 
-def ask(port: int, holes: list[Hole], n_predict: int) -> list[dict]:
-    out = []
-    for h in holes:
-        got, latency = post(port, h.body(n_predict))
-        content = got.get("content", "")
-        out.append({"id": h.id, "kind": h.kind, "latency": latency, "tokens": got.get("tokens_predicted", 0),
-                    "exact": h.exact(content), "content": content,
-                    "prompt_ms": got.get("timings", {}).get("prompt_ms", 0.0),
-                    "drafted": got.get("timings", {}).get("draft_n", 0),
-                    "accepted": got.get("timings", {}).get("draft_n_accepted", 0),
-                    "ran": got.get("localspec", {}).get("ran")})  # what auto ran (localspec only)
-    return out
+def ask_one(port: int, h: Hole, n_predict: int) -> dict:
+    """One hole at the cursor: the record bench fim keeps of it."""
+    got, latency = post(port, h.body(n_predict))
+    content = got.get("content", "")
+    return {"id": h.id, "kind": h.kind, "latency": latency, "tokens": got.get("tokens_predicted", 0),
+            "exact": h.exact(content), "content": content,
+            "prompt_ms": got.get("timings", {}).get("prompt_ms", 0.0),
+            "drafted": got.get("timings", {}).get("draft_n", 0),
+            "accepted": got.get("timings", {}).get("draft_n_accepted", 0),
+            "ran": got.get("localspec", {}).get("ran")}  # what auto ran (localspec only)
 
 
 def stream_until_done(port: int, body: dict, sent: list[float], ended: list[float], tokens: list[int]) -> None:
@@ -147,13 +149,15 @@ def typing(port: int, holes: list[Hole], n_predict: int, interval: float, keys: 
 def server_cmd(server: str, a: argparse.Namespace, port: int) -> tuple[list[str] | None, str]:
     """(command, why not) for `localspec[:METHOD]` or `llama-server:SPEC_TYPE`."""
     t = str(a.threads)
-    if server.partition(":")[0] == "localspec":
-        method = server.partition(":")[2] or a.method
+    if server.partition(":")[0].partition("=")[0] == "localspec":
+        name, _, spec = server.partition("=")  # localspec:auto=ngram/suffix/draft: its own --spec-type
+        method = name.partition(":")[2] or a.method
         cmd = [sys.executable, "-m", "localspec.cli", "serve", "-m", a.target, "--port", str(port), "-c", str(a.ctx),
                "-t", t, "-n", str(a.n_predict), "--log-level", "warning", "--method", method]
         if a.draft and method != "ar":
             cmd += ["-md", a.draft]
-        return cmd + (shlex.split(a.localspec_args) if method != "ar" else []), ""
+        own = ["--spec-type", spec.replace("/", ",")] if spec else []
+        return cmd + (shlex.split(a.localspec_args) + own if method != "ar" else []), ""
     spec = server.partition(":")[2] or "none"
     binary = peer_tool("llama-server")
     if binary is None:
@@ -167,26 +171,65 @@ def server_cmd(server: str, a: argparse.Namespace, port: int) -> tuple[list[str]
     return cmd + shlex.split(a.peer_args), ""
 
 
-def bench_server(server: str, a: argparse.Namespace, holes: list[Hole]) -> Row:
-    port = _free_port()
-    cmd, why = server_cmd(server, a, port)
-    row = Row(server, cmd or [], why)
-    if cmd is None:
-        return row
-    proc, log = start_server(cmd)
+@dataclass
+class Live:
+    """A started server and its row."""
+
+    row: Row
+    port: int
+    proc: subprocess.Popen
+    log: IO[str]
+
+
+def interleaved(live: list[Live], ask: Callable[[Live], None]) -> None:
+    """Ask each live server in turn (the same request, one at a time): a machine that drifts
+    (another job, heat) drifts for every server alike. A server that fails is dropped, why kept."""
+    for x in list(live):
+        try:
+            ask(x)
+        except (RuntimeError, OSError) as e:
+            x.row.skipped = str(e)
+            live.remove(x)
+
+
+def bench_servers(servers: list[str], a: argparse.Namespace, holes: list[Hole]) -> list[Row]:
+    """Start every server, then ask each hole (and each rhythm request) of all of them in
+    turn; the typing simulation runs on the localspec servers alone, one after another."""
+    rows, live = [], []
     try:
-        _wait_ready(port, proc, a.startup_timeout)
-        post(port, WARM_UP)  # first-request costs are not the server's speed (and no hole is cached by it)
-        row.samples = ask(port, holes, a.n_predict)
+        for server in servers:
+            port = _free_port()
+            cmd, why = server_cmd(server, a, port)
+            row = Row(server, cmd or [], why)
+            rows.append(row)
+            if cmd is None:
+                continue
+            proc, log = start_server(cmd)
+            x = Live(row, port, proc, log)
+            live.append(x)
+            try:
+                _wait_ready(port, proc, a.startup_timeout)
+                post(port, WARM_UP)  # first-request costs are not the server's speed (and no hole is cached by it)
+            except (RuntimeError, OSError) as e:
+                row.skipped = str(e)
+        ready = [x for x in live if not x.row.skipped]
+        for h in holes:
+            interleaved(ready, lambda x, h=h: x.row.samples.append(ask_one(x.port, h, a.n_predict)))
         if a.rhythm > 0:
-            row.rhythm = rhythm(post, port, holes[: a.rhythm], a.n_predict, a.words)
-        if server.startswith("localspec") and a.typing > 0:
-            row.typing = typing(port, holes[: a.typing], a.n_predict, a.interval_ms / 1e3, a.keys)
-    except (RuntimeError, OSError) as e:
-        row.skipped = str(e)
+            runs = {id(x): Rhythm(a.words) for x in ready}
+            for h in holes[: a.rhythm]:
+                points = typed_points(h.middle, a.words)
+                for typed in [0, *points] if points else []:
+                    interleaved(ready, lambda x, h=h, typed=typed: runs[id(x)].ask(post, x.port, h, typed, a.n_predict))
+            for x in ready:
+                x.row.rhythm = runs[id(x)].summary()
+        for x in ready:
+            if x.row.server.startswith("localspec") and a.typing > 0:
+                x.row.typing = typing(x.port, holes[: a.typing], a.n_predict, a.interval_ms / 1e3, a.keys)
     finally:
-        stop_server(proc, log, row)
-    return row
+        for x in live:
+            stop_server(x.proc, x.log, x.row)
+    return rows
 
 
 def table(rows: list[dict]) -> str:
@@ -214,7 +257,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-m", "--target", default="qwen2.5-coder-1.5b", help="target model (name or path)")
     p.add_argument("-md", "--draft", default="qwen2.5-coder-0.5b", help="draft model ('' for none)")
     p.add_argument("--servers", default=DEFAULT_SERVERS,
-                   help="comma-separated: localspec (--method), localspec:METHOD (e.g. localspec:ar), llama-server:SPEC_TYPE (none, ngram-simple, ngram-map-k, "
+                   help="comma-separated: localspec (--method), localspec:METHOD (e.g. localspec:ar), localspec:METHOD=T1/T2 (with "
+                        "--spec-type T1,T2, e.g. localspec:auto=ngram/suffix/draft), llama-server:SPEC_TYPE (none, ngram-simple, ngram-map-k, "
                         "ngram-mod, ngram-cache, draft-simple)")
     p.add_argument("--holes", type=int, default=60, help="holes cut (both halves)")
     p.add_argument("--half", choices=("report", "tune", "all"), default="report",
@@ -243,7 +287,7 @@ def main(a: argparse.Namespace) -> int:
     if a.holes < 1 or a.n_predict < 1 or a.keys < 0 or a.interval_ms <= 0 or a.rhythm < 0 or a.words < 1:
         raise ConfigError("--holes, -n and --words must be >= 1, --keys and --rhythm >= 0, --interval-ms > 0")
     servers = [s.strip() for s in a.servers.split(",") if s.strip()]
-    bad = [s for s in servers if s.partition(":")[0] not in ("localspec", "llama-server")]
+    bad = [s for s in servers if s.partition(":")[0].partition("=")[0] not in ("localspec", "llama-server")]
     if bad:
         raise ConfigError(f"--servers: unknown {', '.join(bad)} (localspec[:METHOD], llama-server:SPEC_TYPE)")
     holes = [h for h in cut_holes(a.holes, a.seed) if a.half in ("all", h.half)]
@@ -251,7 +295,7 @@ def main(a: argparse.Namespace) -> int:
         raise ConfigError("no holes cut: raise --holes")
     a.target = str(resolve_model(a.target, fetch=True, progress=True))
     a.draft = str(resolve_model(a.draft, fetch=True, progress=True)) if a.draft else None
-    rows = [bench_server(s, a, holes).summary() for s in servers]
+    rows = [r.summary() for r in bench_servers(servers, a, holes)]
     print(table(rows))
     if a.out:
         write_json(a.out, {"bench": "fim", "machine": machine_info(a.threads), "holes": [h.to_json() for h in holes],

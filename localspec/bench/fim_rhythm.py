@@ -41,27 +41,31 @@ def sample(hole: Hole, typed: int, got: dict, latency: float) -> dict:
             "tokens": got.get("tokens_predicted", 0), "exact": content.rstrip() == hole.middle[typed:].rstrip(),
             "prompt_ms": timings.get("prompt_ms", 0.0), "prompt_n": timings.get("prompt_n", 0),
             "drafted": timings.get("draft_n", 0), "accepted": timings.get("draft_n_accepted", 0),
-            "ran": got.get("localspec", {}).get("ran")}
+            "ran": got.get("localspec", {}).get("ran"), "content": content}
 
 
-def rhythm(post: Post, port: int, holes: list[Hole], n_predict: int, words: int) -> dict:
-    """Each hole asked at the cursor, then after each typed word; the warm requests' figures."""
-    cold, warm = [], []
-    for h in holes:
-        points = typed_points(h.middle, words)
-        if not points:
-            continue
-        for typed in [0, *points]:
-            body = {**h.body(n_predict), "input_prefix": h.prefix + h.middle[:typed]}
-            got, latency = post(port, body)
-            (warm if typed else cold).append(sample(h, typed, got, latency))
-    lat = [s["latency"] for s in warm]
-    return {"holes": len(cold), "requests": len(warm), "words": words,
-            "warm_p50_ms": _pct(lat, 0.5) * 1e3, "warm_p95_ms": _pct(lat, 0.95) * 1e3,
-            "cold_p50_ms": _pct([s["latency"] for s in cold], 0.5) * 1e3,
-            "exact": sum(s["exact"] for s in warm) / len(warm) if warm else 0.0,
-            "prompt_share": (sum(s["prompt_ms"] for s in warm) / 1e3 / sum(lat)) if lat and sum(lat) > 0 else 0.0,
-            "cold": cold, "warm": warm}
+class Rhythm:
+    """One server's rhythm: each hole asked at the cursor (`cold`), then after each typed word."""
+
+    def __init__(self, words: int) -> None:
+        self.words = words
+        self.cold: list[dict] = []
+        self.warm: list[dict] = []
+
+    def ask(self, post: Post, port: int, hole: Hole, typed: int, n_predict: int) -> None:
+        """The hole's request with `typed` characters of its middle typed after the cursor."""
+        body = {**hole.body(n_predict), "input_prefix": hole.prefix + hole.middle[:typed]}
+        got, latency = post(port, body)
+        (self.warm if typed else self.cold).append(sample(hole, typed, got, latency))
+
+    def summary(self) -> dict:
+        lat = [s["latency"] for s in self.warm]
+        return {"holes": len(self.cold), "requests": len(self.warm), "words": self.words,
+                "warm_p50_ms": _pct(lat, 0.5) * 1e3, "warm_p95_ms": _pct(lat, 0.95) * 1e3,
+                "cold_p50_ms": _pct([s["latency"] for s in self.cold], 0.5) * 1e3,
+                "exact": sum(s["exact"] for s in self.warm) / len(self.warm) if self.warm else 0.0,
+                "prompt_share": (sum(s["prompt_ms"] for s in self.warm) / 1e3 / sum(lat)) if lat and sum(lat) > 0 else 0.0,
+                "cold": self.cold, "warm": self.warm}
 
 
 def table_lines(rows: list[dict]) -> list[str]:
