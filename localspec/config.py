@@ -167,6 +167,9 @@ class GenConfig:
     n_indent: int = 0
     max_lines: int = 0
     t_max_predict_ms: float = 0.0
+    # what the client predicts the answer will mostly be (OpenAI's `prediction`; run's
+    # --prediction-file): drafted by decode/drafters/prediction.py; None: none
+    prediction: str | None = None
 
     @property
     def proposers(self) -> tuple[str, ...]:

@@ -84,7 +84,7 @@ def test_the_registry_names_it_everywhere_config_reads(toy):
     cfg = GenConfig(method="sd", spec_type=("toy+draft",))
     cfg.validate()
     assert cfg.spec_type == ("toy+draft",) and cfg.stacked and "toy" in registry.lookups()
-    with pytest.raises(ConfigError, match="use draft, ngram, suffix, mtp, grammar, toy"):  # the error lists it
+    with pytest.raises(ConfigError, match="use draft, ngram, prediction, suffix, mtp, grammar, toy"):  # the error lists it
         GenConfig(spec_type=("nope",)).validate()
     registry.unregister("toy")
     with pytest.raises(ConfigError, match="toy is not a drafter"):  # gone once unregistered

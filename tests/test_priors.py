@@ -64,7 +64,8 @@ def test_the_shipped_file_parses_and_covers_the_default_pair():
     data = priors.shipped()
     assert data, "localspec/data/priors.json is missing or unreadable"
     table = priors.lookup_priors()
-    assert table and all(k[0] == "ngram" and 2 <= k[1] <= 64 for k in table)
+    assert table and all(k[0] in ("ngram", "prediction") and 2 <= k[1] <= 64 for k in table)
+    assert {k[1] for k in table if k[0] == "prediction"} == {k[1] for k in table if k[0] == "ngram"}  # copied
     for pa, pt in table.values():
         assert pt == priors.PRIOR_WEIGHT and 0.0 <= pa <= pt
     thin = [k for k, (_, reached) in data["lookup"].items() if reached < priors.MIN_EVIDENCE]

@@ -191,3 +191,22 @@ def test_a_superseded_request_stops_during_its_prompt(srv) -> None:
     assert new["tokens_predicted"] == 2
     assert old["tokens_predicted"] == 0 and old["stop_type"] == "none", old
     assert 0 < old["timings"]["prompt_n"] < old["tokens_evaluated"], old["timings"]
+
+
+def test_a_follow_up_request_drafts_the_previous_answer(srv) -> None:
+    """The user typed the first part of the suggestion: the next request drafts the rest of
+    it (server/fim_hint.py), and answers what plain decoding would. (The list's next items:
+    the 0.5B model goes on with its own suggestion there.)"""
+    body = {**LIST, "n_predict": 16, "id_slot": 0, "localspec": {"provenance": True}}
+    first = infill(srv, body)["content"]
+    typed = first[: max(1, len(first) // 3)]
+    follow = {**body, "input_prefix": LIST["input_prefix"] + typed}
+    got = infill(srv, follow)
+    by = {s.get("proposer") for s in got["localspec"]["provenance"]}
+    assert "prediction" in by, got["localspec"]["provenance"]
+    cfg = server_cfg()
+    cfg.n_predict = 16
+    prompt = srv.session.fim_prompt(FimInput(follow["input_prefix"], LIST["input_suffix"]), 16)
+    assert got["content"] == "".join(e.text for e in _done(srv.session.generate(prompt, cfg)))
+    other = infill(srv, {**body, "input_prefix": LIST["input_prefix"] + "zzz"})  # typed what was not suggested
+    assert "prediction" not in {s.get("proposer") for s in other["localspec"]["provenance"]}

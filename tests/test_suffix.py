@@ -322,7 +322,7 @@ def test_cli_suffix_flags_and_json(smollm2_path, capsys):
                        stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr
     run = json.loads(r.stdout.strip().splitlines()[-1])
-    assert set(run["proposers"]) == {"ngram", "suffix", "draft"} and run["proposers"]["suffix"]["drafted"] > 0
+    assert set(run["proposers"]) == {"ngram", "prediction", "suffix", "draft"} and run["proposers"]["suffix"]["drafted"] > 0
     # who wrote each part: the spans join into the text, their tokens into n_tokens, and the
     # suffix store's spans hold its accepted tokens (fewer where -n cut the last block)
     spans = run["spans"]

@@ -46,6 +46,7 @@ class Spec:
     proposers: str = ""  # --spec-type (localspec: draft / ngram; the peer: llama.cpp's names)
     hint: bool = False  # auto's draft hint (--draft-hint)
     cold: bool = False  # auto without the shipped priors (costmodel/priors.py): `auto-cold`
+    predict: bool = False  # the prompt's quoted text as OpenAI's `prediction` (quoted_text): `auto-pred`
 
     @property
     def label(self) -> str:
@@ -56,20 +57,30 @@ class Spec:
             return f"{PEER}{via} n_max={self.L}"
         if self.method == "auto":
             return (("auto" if self.free else f"auto K={self.K} L<={self.L}") + via + (" hint" if self.hint else "")
-                    + (" cold" if self.cold else ""))
+                    + (" cold" if self.cold else "") + (" pred" if self.predict else ""))
         return f"{self.method}{via} K={self.K} L={self.L}"
 
-    def gen(self, a: argparse.Namespace, seed: int, constraint: ConstraintSpec | None = None) -> GenConfig:
+    def gen(self, a: argparse.Namespace, seed: int, constraint: ConstraintSpec | None = None,
+            prompt: str = "") -> GenConfig:
         """The GenConfig of this spec under the bench flags `a` (n_predict, draft_temp and,
         for a free `auto`, --auto-free); `constraint`: the prompt's (its schema), the same for
-        every spec of the prompt, AR included, so ratios compare like with like."""
+        every spec of the prompt, AR included, so ratios compare like with like; `prompt`: the
+        text a `predict` spec takes its prediction from."""
         free = self.method == "auto" and self.free and getattr(a, "auto_free", True)
         return GenConfig(
             method=self.method, K=self.K, L=max(self.L, 1), n_predict=a.n_predict, seed=seed,
             draft_temp=a.draft_temp, sampling=SamplingConfig(temp=self.T), auto_K=free, auto_L=free,
             spec_type=tuple(self.proposers.split(",")) if self.proposers else None, draft_hint=self.hint,
-            constraint=constraint,
+            constraint=constraint, prediction=quoted_text(prompt) if self.predict else None,
         )  # fmt: skip
+
+
+def quoted_text(prompt: str) -> str | None:
+    """What an edit prompt quotes (everything after its first blank line: the split sets'
+    edit prompts are an instruction, a blank line, then the code): the file a client that
+    edits it would send as its `prediction`. None when the prompt has no blank line."""
+    head, sep, rest = prompt.partition("\n\n")
+    return rest if sep and rest.strip() else None
 
 
 def spec(method: str, K: int = 1, L: int = 0, T: float = 0.0) -> Spec:
@@ -200,7 +211,7 @@ class Runner:
         self.sess.forget_lookups()
         if getattr(self.a, "first_turn", False):  # every prompt is a fresh process's first turn
             self.sess.forget_learning(priors=not s.cold)
-        done = drain(self.sess.generate(session_prompt(p), s.gen(self.a, seed, p.constraint)))
+        done = drain(self.sess.generate(session_prompt(p), s.gen(self.a, seed, p.constraint, p.text)))
         st = done.stats
         tau = sum(st.accepted_lengths) / len(st.accepted_lengths) if st.accepted_lengths else 0.0
         js = st.to_json()

@@ -49,6 +49,11 @@ def fim_input(a: argparse.Namespace) -> FimInput | None:
     return FimInput(_read(a.fim_prefix_file), suffix, extra)
 
 
+def read_text_file(path: str) -> str:
+    """A UTF-8 file named on the command line (the text rule); a missing one is one line, exit 2."""
+    return _read(path)
+
+
 def _read(path: str) -> str:
     try:
         raw = Path(path).read_bytes()

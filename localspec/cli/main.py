@@ -13,7 +13,7 @@ import sys
 
 from localspec import __version__
 from localspec.cli import reasoning as cr
-from localspec.cli.fim import add_fim_args, fim_input
+from localspec.cli.fim import add_fim_args, fim_input, read_text_file
 from localspec.cli.input import read_prompt
 from localspec.cli.interrupt import CtrlC, close_session, ctrl_c_stops
 from localspec.cli.parser import HelpFormatter, Parser
@@ -135,9 +135,11 @@ def _registry_draft(target: str) -> tuple[str | None, str]:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from localspec.runtime import open_session
+    from localspec.loading import open_session
 
     asked = asked_of(a)  # 1. the flags, checked (localspec.settings)
+    if a.prediction_file is not None:  # what the answer will mostly be: drafted, never imposed
+        asked.cfg.prediction = read_text_file(a.prediction_file)
     fim = fim_input(a)  # fill in the middle: the prompt is made once the target is loaded
     prompt = fim if fim is not None else read_prompt(a)
     target, draft = _resolve_pair(a, need_default=False)
@@ -201,7 +203,7 @@ def _answer(a: argparse.Namespace, sess, prompt: str | FimInput, asked: Asked, t
 
 
 def cmd_chat(a: argparse.Namespace) -> int:
-    from localspec.runtime import open_session
+    from localspec.loading import open_session
 
     asked = asked_of(a)
     target, draft = _resolve_pair(a, need_default=True)
@@ -279,6 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print one JSON object with text and stats as the last line")
     r.add_argument("--explain", action="store_true", help="print the cost model's prediction table and choice")
     add_gen_args(r)
+    r.add_argument("--prediction-file", metavar="PATH", default=None,
+                   help="what the answer will mostly be (e.g. the file an edit starts from; OpenAI's `prediction`): "
+                        "drafted from, the answer is still the target's (UTF-8)")
     add_fim_args(r)
     add_reasoning_format_arg(r)
     r.set_defaults(func=cmd_run)

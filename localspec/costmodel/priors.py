@@ -73,6 +73,11 @@ def lookup_priors() -> dict[Hashable, tuple[float, float]]:
             continue
         alpha = min(max(acc / trials, 0.0), 1.0)
         out[(source, int(n))] = (alpha * PRIOR_WEIGHT, PRIOR_WEIGHT)
+    # a match in the client's prediction (decode/drafters/prediction.py) starts where a prompt
+    # match of that length does, until the prediction has priors of its own
+    for (source, n), prior in list(out.items()):
+        if source == "ngram":
+            out.setdefault(("prediction", n), prior)
     return out
 
 

@@ -21,7 +21,7 @@ from localspec.decode.blocks import PAD, one_hot, verify_rows
 from localspec.decode.drafters import registry
 from localspec.decode.drafters.base import Drafter, DraftRequest
 from localspec.decode.drafters.combine import ChainDrafter, StackDrafter
-from localspec.decode.drafters.trie import GRAMMAR, DraftStop, DraftTrie
+from localspec.decode.drafters.trie import GRAMMAR, PREDICTION, DraftStop, DraftTrie
 from localspec.decode.logprobs import span_logprobs
 from localspec.decode.state import MAIN, KVState
 from localspec.decode.turn import Turn
@@ -214,6 +214,10 @@ def make_drafter(turn: Turn, kinds: tuple[str, ...] | None = None, auto: CostMod
             continue  # not here (no draft model, no head): the runtime's checks said so earlier
         parts.append(StackDrafter(built[0], built[1]) if len(built) == 2 else built[0])  # type: ignore[arg-type]
     assert parts, "a speculative method with no drafter (the runtime checks for a draft)"
+    if turn.cfg.prediction and kinds is None and PREDICTION not in turn.cfg.parts:
+        predicted = registry.build(PREDICTION, turn, auto)  # the client's prediction: tried first
+        if predicted is not None:
+            parts.insert(0, predicted)
     if turn.constraint is not None and kinds is None and GRAMMAR not in turn.cfg.parts:
         parts.insert(0, registry.build(GRAMMAR, turn, auto))  # forced tokens first: free drafts
     return parts[0] if len(parts) == 1 else ChainDrafter(parts)

@@ -34,6 +34,7 @@ from localspec.server.anthropic_out import ANTHROPIC
 from localspec.server.body import read_json
 from localspec.server.dialect import INFILL, OPENAI, Dialect
 from localspec.server.errors import ApiError
+from localspec.server.fim_hint import previous_answer_hint
 from localspec.server.guard import Guard
 from localspec.server.hosts import LOOPBACK_NAMES
 from localspec.server.infill import InfillShapes, parse_infill, supersede_key
@@ -204,11 +205,15 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
 
     def _supersede(job: Job, key: str | None) -> None:
         """An editor typed on: the client's previous FIM request stops (within one iteration;
-        skipped if still queued) and this one becomes its latest."""
+        skipped if still queued) and this one becomes its latest, drafting from what the
+        previous one wrote where the user typed what it suggested (server/fim_hint.py)."""
         if key is None:
             return
         old = latest.get(key)
         latest[key] = job
+        req = job.req
+        if old is not None and old.req.fim is not None and req.fim is not None and req.cfg.prediction is None:
+            req.cfg.prediction = previous_answer_hint(old.req.fim, old.answer, req.fim)  # server/fim_hint.py
         if old is not None:
             worker.cancel(old)
         for k in [k for k, j in latest.items() if j.finished and k != key]:  # forget finished clients

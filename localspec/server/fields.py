@@ -63,7 +63,6 @@ NEUTRAL: dict[str, tuple[tuple[object, ...], str]] = {
     "ignore_eos": ((False,), "the answer always ends at the model's end-of-turn token"),
     "min_tokens": ((0,), "a minimum answer length is not built"),
     "lora": (([],), "LoRA adapters are not built"),
-    "prediction": ((), "predicted outputs are not built"),
     "audio": ((), "the models are text-only"),
     "modalities": ((["text"],), "the models are text-only"),
     "web_search_options": ((), "web search is not built"),

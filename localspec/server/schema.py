@@ -28,6 +28,8 @@ from localspec.server.fields import (
 )
 from localspec.server.fim_fields import completion_fim
 from localspec.server.messages import parse_messages, parse_prompt
+from localspec.server.prediction import FIELDS as PREDICTION_FIELDS
+from localspec.server.prediction import prediction_of
 from localspec.server.structured import FIELDS as STRUCTURED
 from localspec.server.structured import constraint_of
 from localspec.server.thinking import FIELDS as REASONING_FIELDS
@@ -45,7 +47,7 @@ _FLAT_SPEC = {"speculative.n_max": "n_max", "speculative.n_min": "n_min", "specu
 _COMMON = frozenset({
     "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "n_predict",
     "temperature", "top_p", "top_k", "min_p", "seed", "stop", "speculative", "localspec", *_FLAT_SPEC,
-    *STRUCTURED, "n_indent", "t_max_predict_ms",
+    *STRUCTURED, "n_indent", "t_max_predict_ms", *PREDICTION_FIELDS,
 })
 COMMON_FIELDS = _COMMON
 CHAT_FIELDS = _COMMON | {"messages", "chat_template_kwargs"} | REASONING_FIELDS | lp.CHAT_FIELDS | TOOL_FIELDS
@@ -221,6 +223,7 @@ def gen_config(body: Mapping[str, object], limits: Limits, ignored: list[str], a
     # response_format / grammar / json_schema (server/structured.py); without one, serve's own
     # --grammar / -j (its flag, as llama-server's) holds for every request
     cfg.constraint = constraint_of(body) or cfg.constraint
+    cfg.prediction = prediction_of(body)  # OpenAI's predicted outputs: drafts only (server/prediction.py)
     _speculative(body, cfg, limits.lenient, ignored)
     _fits(body, cfg, limits)
     if asked is not None:

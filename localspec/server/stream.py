@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from localspec.events import Done, Stats
+from localspec.server.prediction import prediction_usage
 from localspec.server.schema import GenRequest
 
 FINISH = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context_full": "length", "interrupted": "stop",
@@ -57,12 +58,16 @@ def timings(st: Stats, queue_seconds: float) -> dict:
 
 
 def usage(st: Stats) -> dict:
-    return {
+    out = {
         "prompt_tokens": st.prompt_tokens,
         "completion_tokens": st.n_tokens,
         "total_tokens": st.prompt_tokens + st.n_tokens,
         "prompt_tokens_details": {"cached_tokens": max(0, st.prompt_tokens - st.prompt_evaluated)},
     }
+    predicted = prediction_usage(st)
+    if predicted is not None:
+        out["completion_tokens_details"] = predicted
+    return out
 
 
 def localspec_info(done: Done, req: GenRequest, queue_seconds: float, draft: str | None) -> dict:

@@ -54,9 +54,15 @@ class NgramIndex:
     def continuation(self, L: int) -> tuple[list[int], int]:
         """Up to L tokens that followed the longest earlier occurrence of the history's tail,
         and the length of the n-gram matched (0: no match)."""
+        return self.match(self.history, L)
+
+    def match(self, tail: list[int], L: int) -> tuple[list[int], int]:
+        """Up to L tokens that followed, in the indexed history, the longest n-gram ending
+        `tail` (the history itself, or another text: a prediction is matched against the
+        turn's history), and the n-gram's length (0: no match)."""
         h = self.history
-        for n in range(min(self.n_max, len(h)), self.n_min - 1, -1):
-            s = self.starts.get(tuple(h[-n:]))
+        for n in range(min(self.n_max, len(tail)), self.n_min - 1, -1):
+            s = self.starts.get(tuple(tail[-n:]))
             if s is not None and s + n < len(h):
                 return h[s + n : s + n + L], n
         return [], 0

@@ -136,6 +136,8 @@ for _spec in (
                 summary="the draft model (-md)"),
     DrafterSpec("ngram", "lookup", "localspec.decode.drafters.lookup:build", ("ngram-simple",), one_chain=True,
                 summary="prompt lookup: what followed the history's last n tokens before"),
+    DrafterSpec("prediction", "lookup", "localspec.decode.drafters.prediction:build", one_chain=True,
+                summary="the client's predicted output (OpenAI's `prediction`; first in every chain when given)"),
     DrafterSpec("suffix", "lookup", "localspec.decode.drafters.suffix:build", one_chain=True,
                 summary="the most frequent continuation in everything the session saw"),
     DrafterSpec("mtp", "model", "localspec.decode.drafters.mtp:build", ("draft-mtp",), one_chain=True,

@@ -16,6 +16,7 @@ import numpy as np
 from localspec.decode.blocks import PAD
 from localspec.sampling import SparseRow
 
+PREDICTION = "prediction"  # the client's predicted output (drafters/prediction.py)
 GRAMMAR = "grammar"  # the drafter of a grammar's forced tokens (drafters/grammar.py): a trie's forced tail is its
 
 

@@ -19,7 +19,7 @@ from localspec.costmodel import CostModel, dynamic_length, length_cap, per_draft
 from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate, hint_length
 from localspec.decode.drafters import registry
 from localspec.decode.drafters.base import Drafter, DraftRequest, Outcome
-from localspec.decode.drafters.trie import GRAMMAR
+from localspec.decode.drafters.trie import GRAMMAR, PREDICTION
 from localspec.decode.policy.stack import AutoStack
 from localspec.decode.speculative import (
     IterationPlan,
@@ -292,6 +292,8 @@ def auto_policy(turn: Turn) -> AutoPolicy:
         if model is not None:
             break
     lookups = tuple(k for k in kinds if registry.is_lookup(k))
+    if turn.cfg.prediction and PREDICTION not in lookups:
+        lookups = (PREDICTION, *lookups)  # the client's prediction first (drafters/prediction.py)
     lookup = make_drafter(turn, lookups) if lookups else None
     if cm.lookup is None:
         cm.lookup = LookupGate()
