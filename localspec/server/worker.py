@@ -71,7 +71,7 @@ class Job:
     enqueued: float = field(default_factory=time.perf_counter)
     started: float | None = None
     finished: bool = False
-    answer: str = ""  # the text sent so far (a FIM client's next request drafts from it: server/fim_hint.py)
+    answer: str = ""  # a FIM request's text sent so far (the client's next request drafts from it: server/fim_hint.py)
 
     @property
     def queue_seconds(self) -> float:
@@ -79,7 +79,7 @@ class Job:
 
     def send(self, item: tuple) -> None:
         """Hand an item to the request's handler (called from the worker thread)."""
-        if item[0] == "text":
+        if item[0] == "text" and self.req.fim is not None:  # only a FIM client's next request reads it
             self.answer += item[1]
         try:
             self.loop.call_soon_threadsafe(self.items.put_nowait, item)
