@@ -67,3 +67,11 @@ def test_a_malformed_prediction_is_a_400_naming_it(srv, prediction, param) -> No
     r = post(srv, "/v1/chat/completions", {"messages": ASK, "max_tokens": 2, "prediction": prediction}, key=None)
     assert r.status_code == 400, r.text
     assert error_of(r)["param"] == param
+
+
+def test_completions_take_a_prediction_too(client) -> None:
+    kw = {"model": "smollm2", "prompt": "def add(a, b):\n", "max_tokens": 24, "temperature": 0}
+    text = client.completions.create(**kw).choices[0].text
+    got = client.completions.create(**kw, extra_body={"prediction": {"type": "content", "content": text}})
+    assert got.choices[0].text == text
+    assert got.usage.completion_tokens_details.accepted_prediction_tokens > 0
