@@ -1,8 +1,8 @@
 """`localspec bench fim`: code completion as an editor feels it, beside llama-server /infill.
 
 Every server is started on the same model files and threads and warmed up with one request;
-then each hole is asked of every server in turn, one request at a time (so a machine that
-drifts drifts for all of them alike; the idle servers sleep), greedy, `n_predict` 64, the editor's request shape:
+then each hole is asked of every server in turn, one request at a time (so whatever the
+machine's load does, it does to all of them alike; the idle servers sleep), greedy, `n_predict` 64, the editor's request shape:
 bench/fim_holes.py): latency per completion as the client sees it (p50 / p95), generated
 tokens per second of that latency, and how often the answer is exactly the middle the file
 has. llama-server runs with each `--spec-type` in the same run (`none`, `ngram-simple`,
@@ -32,7 +32,7 @@ from typing import IO
 
 from localspec.bench.common import machine_info, write_json
 from localspec.bench.fim_holes import Hole, cut_holes
-from localspec.bench.fim_rhythm import Rhythm, table_lines, typed_points
+from localspec.bench.fim_rhythm import Rhythm, sample, table_lines, typed_points
 from localspec.bench.peer import peer_tool
 from localspec.bench.serve import _free_port, _pct, _wait_ready, start_server, stop_server
 
@@ -86,15 +86,8 @@ def post(port: int, body: dict, timeout: float = 600) -> tuple[dict, float]:
 
 
 def ask_one(port: int, h: Hole, n_predict: int) -> dict:
-    """One hole at the cursor: the record bench fim keeps of it."""
-    got, latency = post(port, h.body(n_predict))
-    content = got.get("content", "")
-    return {"id": h.id, "kind": h.kind, "latency": latency, "tokens": got.get("tokens_predicted", 0),
-            "exact": h.exact(content), "content": content,
-            "prompt_ms": got.get("timings", {}).get("prompt_ms", 0.0),
-            "drafted": got.get("timings", {}).get("draft_n", 0),
-            "accepted": got.get("timings", {}).get("draft_n_accepted", 0),
-            "ran": got.get("localspec", {}).get("ran")}  # what auto ran (localspec only)
+    """One hole at the cursor: the record bench fim keeps of it (the rhythm's, nothing typed)."""
+    return sample(h, 0, *post(port, h.body(n_predict)))
 
 
 def stream_until_done(port: int, body: dict, sent: list[float], ended: list[float], tokens: list[int]) -> None:
@@ -122,8 +115,7 @@ def typing(port: int, holes: list[Hole], n_predict: int, interval: float, keys: 
     for h in holes:
         runs: list[tuple[threading.Thread, list, list, list]] = []
         for k in range(min(keys, len(h.middle)) + 1):
-            typed = h.middle[:k]
-            body = {**h.body(n_predict), "input_prefix": h.prefix + typed, "id_slot": 0}
+            body = {**h.body(n_predict, typed=k), "id_slot": 0}
             sent: list[float] = []
             ended: list[float] = []
             toks: list[int] = []

@@ -43,9 +43,11 @@ class Hole:
     extra: tuple[dict, ...]
     n_indent: int
 
-    def body(self, n_predict: int) -> dict:
-        """The /infill request (llama-server's fields, greedy)."""
-        return {"input_prefix": self.prefix, "input_suffix": self.suffix, "input_extra": list(self.extra),
+    def body(self, n_predict: int, typed: int = 0) -> dict:
+        """The /infill request (llama-server's fields, greedy), with the first `typed`
+        characters of the middle typed after the cursor (the editor's later requests)."""
+        return {"input_prefix": self.prefix + self.middle[:typed], "input_suffix": self.suffix,
+                "input_extra": list(self.extra),
                 "n_predict": n_predict, "n_indent": self.n_indent, "temperature": 0, "top_k": 1,
                 "cache_prompt": True, "stream": False}
 

@@ -34,7 +34,8 @@ def typed_points(middle: str, words: int) -> list[int]:
 
 
 def sample(hole: Hole, typed: int, got: dict, latency: float) -> dict:
-    """One request's record: who answered what, how fast, and whether it is the rest of the middle."""
+    """One request's record: who answered what, how fast, and whether it is the rest of the
+    middle (typed 0: the whole middle, as Hole.exact has it)."""
     content = got.get("content", "")
     timings = got.get("timings", {})
     return {"id": hole.id, "kind": hole.kind, "typed": typed, "latency": latency,
@@ -54,8 +55,7 @@ class Rhythm:
 
     def ask(self, post: Post, port: int, hole: Hole, typed: int, n_predict: int) -> None:
         """The hole's request with `typed` characters of its middle typed after the cursor."""
-        body = {**hole.body(n_predict), "input_prefix": hole.prefix + hole.middle[:typed]}
-        got, latency = post(port, body)
+        got, latency = post(port, hole.body(n_predict, typed))
         (self.warm if typed else self.cold).append(sample(hole, typed, got, latency))
 
     def summary(self) -> dict:

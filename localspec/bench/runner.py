@@ -79,7 +79,7 @@ def quoted_text(prompt: str) -> str | None:
     """What an edit prompt quotes (everything after its first blank line: the split sets'
     edit prompts are an instruction, a blank line, then the code): the file a client that
     edits it would send as its `prediction`. None when the prompt has no blank line."""
-    head, sep, rest = prompt.partition("\n\n")
+    _, sep, rest = prompt.partition("\n\n")
     return rest if sep and rest.strip() else None
 
 
