@@ -176,7 +176,10 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
             req = parse(await read_json(request, config.max_body), limits)
             out = dialect.translator(req, config.model_id)
             job = Job(req, asyncio.get_running_loop())
-            _supersede(job, supersede_key(req, request.client.host if request.client else None))
+            previous = _supersede(job, supersede_key(req, request.client.host if request.client else None))
+            if previous is not None and previous.req.fim is not None and req.fim is not None and req.cfg.prediction is None:
+                # the user typed on: draft the rest of what the previous request wrote (server/fim_hint.py)
+                req.cfg.prediction = previous_answer_hint(previous.req.fim, previous.answer, req.fim)
             try:
                 worker.submit(job)
                 metrics.submitted(job.id)
@@ -203,21 +206,18 @@ def create_app(session: Session, config: ServerConfig, pool: object = None) -> S
         except (ClientGone, ClientDisconnect):  # ClientDisconnect: gone while sending its body
             return Response(status_code=499)
 
-    def _supersede(job: Job, key: str | None) -> None:
+    def _supersede(job: Job, key: str | None) -> Job | None:
         """An editor typed on: the client's previous FIM request stops (within one iteration;
-        skipped if still queued) and this one becomes its latest, drafting from what the
-        previous one wrote where the user typed what it suggested (server/fim_hint.py)."""
+        skipped if still queued) and this one becomes its latest. Returns the previous one."""
         if key is None:
-            return
+            return None
         old = latest.get(key)
         latest[key] = job
-        req = job.req
-        if old is not None and old.req.fim is not None and req.fim is not None and req.cfg.prediction is None:
-            req.cfg.prediction = previous_answer_hint(old.req.fim, old.answer, req.fim)  # server/fim_hint.py
         if old is not None:
             worker.cancel(old)
         for k in [k for k, j in latest.items() if j.finished and k != key]:  # forget finished clients
             del latest[k]
+        return old
 
     def _abandon(job: Job) -> None:
         """The handler is done with `job` (finished, client gone, server stopping)."""
