@@ -394,3 +394,18 @@ def test_a_batch_that_cannot_hold_the_snapshots_is_refused_not_aborted(tiny):
     st = KVState(ctx)
     st.sync(r.tokenize(words))
     assert st.n_past > 16
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "mamba2", "gemma3"])
+def test_a_prediction_with_an_edit_keeps_ar_text_on_every_memory_kind(tiny, arch):
+    """A client's prediction (decode/drafters/prediction.py) drafts point masses like a lookup:
+    on a hybrid, recurrent and sliding-window target, a prediction that is AR's answer with an
+    edit in the middle is partly accepted, partly rejected, and the tokens stay AR's."""
+    sess = session(tiny[arch])
+    ref, _ = run(sess, greedy("ar", 1))
+    text = sess.target_model.detokenize(ref)
+    edited = text[: len(text) // 2] + " an edit " + text[len(text) // 2:]
+    toks, st = run(sess, greedy("sd", 1, spec_type=("ngram",), prediction=edited))
+    assert toks == ref
+    drafted, accepted = st.proposed.get("prediction", (0, 0))
+    assert 0 < accepted < drafted, st.proposed  # partly right: the edit was rejected, the rest kept
