@@ -120,3 +120,23 @@ def test_run_prediction_file_drafts_and_json_counts_it(smollm2_path: Path, tmp_p
     got = run("--prediction-file", str(tmp_path / "pred.txt"))
     assert got["text"] == plain["text"]
     assert got["proposers"]["prediction"]["accepted"] > 0.5 * got["n_tokens"]
+
+
+def test_a_prediction_the_grammar_refuses_is_cut_and_the_text_is_constrained_ars(smol) -> None:
+    """Under a JSON schema the prediction's drafts are cut at their first refused token like
+    any lookup's; a prediction that breaks the schema halfway still gives constrained AR's text."""
+    import json
+
+    from localspec.constrain import ConstraintSpec
+
+    s, _ = smol
+    schema = ConstraintSpec("json_schema", json.dumps({
+        "type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
+        "required": ["name", "age"], "additionalProperties": False}))
+    ask = [{"role": "user", "content": "Describe a person as JSON with a name and an age."}]
+    ref = list(s.generate(ask, greedy("ar", None, constraint=schema)))[-1]
+    broken = ref.text[: len(ref.text) // 2] + "not json at all]]" + ref.text[len(ref.text) // 2:]
+    for method in ("auto", "sd"):
+        done = list(s.generate(ask, greedy(method, broken, constraint=schema)))[-1]
+        assert done.text == ref.text, method
+        assert done.stats.proposed.get("prediction", (0, 0))[1] > 0, done.stats.proposed
