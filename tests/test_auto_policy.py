@@ -156,6 +156,23 @@ def test_the_lookup_drafts_where_its_bet_beats_the_draft_models_setting():
     assert policy.next().role == "model"
 
 
+def test_a_prompt_match_and_an_answer_match_are_different_bets():
+    """The gate keys by where the continuation was found: the answer repeating itself (an
+    answer-match key that failed every time) is not drafted, while the prompt's copy is."""
+    steep = CostCurve([1, 2, 4, 8, 16], [0.028, 0.047, 0.072, 0.127, 0.148])
+    cm = CostModel(steep, CostCurve([1], [0.0]))
+    prompt = [40, 41, 42, 43, 44, 45, 46, 47, 48, 49]
+    turn = make_turn(prompt + [1, 2, 3, 1, 2], cm)
+    policy = AutoPolicy(turn, cm, None, NgramDrafter(2, 4, answer_start=len(prompt)), None)
+    for _ in range(50):
+        cm.lookup.update(("ngram", 2, "answer"), 0, 8)
+        cm.lookup.update(("ngram", 2, "prompt"), 8, 8)
+    assert policy.next().role == "ar"  # 1 2 -> 3: the answer's own words
+    turn.target.tokens = prompt + [1, 2, 3, 41, 42]  # 41 42 -> 43: the prompt's
+    plan = policy.next()
+    assert plan.role == "lookup" and plan.bet.key == ("ngram", 2, "prompt") and plan.settings.L >= 8
+
+
 def test_no_draft_model_means_lookups_or_plain_steps():
     cm = CostModel(FLAT, CostCurve([1], [0.0]))
     turn = make_turn([1, 2, 3, 1, 2], cm)

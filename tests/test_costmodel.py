@@ -163,15 +163,16 @@ def test_explain_prices_each_lookup_per_match_length() -> None:
     cm = CostModel(steep, linear(0.005, 0.001))
     cm.lookup = gate = LookupGate()
     for _ in range(20):
-        gate.update(("ngram", 2), 0, 8)  # 2-token matches: always wrong at once
-        gate.update(("ngram", 6), 8, 8)  # 6-token matches: always right
+        gate.update(("ngram", 2, "answer"), 0, 8)  # 2-token matches in the answer: always wrong at once
+        gate.update(("ngram", 6, "prompt"), 8, 8)  # 6-token matches in the prompt: always right
     lines = explain(None, cfg, cm).splitlines()
-    rows = {ln.split()[0]: ln.split() for ln in lines if ln.split()[:1] in (["2"], ["6"])}
-    assert rows["2"][1:4] == [f"{gate.alpha(('ngram', 2)):.2f}", f"{gate.optimistic_alpha(('ngram', 2)):.2f}", "0/20"]
-    assert rows["2"][4:6] == ["none", "(no"]  # a lookup that keeps failing does not pay on this curve
-    L, gain = gate.best_length(steep, ("ngram", 6), LOOKUP_MAX_L)
-    assert L >= 8 and gain > 1.5 and rows["6"][3] == "160/160"
-    assert " ".join(rows["6"][4:]) == f"L={L} (predicted {gain:.2f}x AR per lookup iteration)"
+    rows = {ln.split()[0]: ln.split() for ln in lines if ln.split()[:1] in (["2"], ["6"]) and "prior" not in ln}
+    bad, good = ("ngram", 2, "answer"), ("ngram", 6, "prompt")
+    assert rows["2"][1:5] == ["answer", f"{gate.alpha(bad):.2f}", f"{gate.optimistic_alpha(bad):.2f}", "0/20"]
+    assert rows["2"][5:7] == ["none", "(no"]  # a lookup that keeps failing does not pay on this curve
+    L, gain = gate.best_length(steep, good, LOOKUP_MAX_L)
+    assert L >= 8 and gain > 1.5 and rows["6"][1] == "prompt" and rows["6"][4] == "160/160"
+    assert " ".join(rows["6"][5:]) == f"L={L} (predicted {gain:.2f}x AR per lookup iteration)"
     assert any(ln.strip().startswith("suffix: no lookup evidence yet") and "-> L=" in ln for ln in lines)
     sd = GenConfig(method="sd", spec_type=("ngram", "draft"), L=6)
     sd.validate()

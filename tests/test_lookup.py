@@ -65,6 +65,20 @@ def test_a_lookup_draft_is_a_point_mass_chain():
     assert trie.source == "ngram" and trie.draft_calls == 0
 
 
+def test_a_lookup_tells_whether_it_copies_the_prompt_or_the_answer():
+    """The turn's prompt is 5 6 7 8 9 (answer_start 5): a match whose continuation starts in
+    it is a PROMPT bet, one that continues the answer's own earlier tokens an ANSWER bet; the
+    chain and the stack pass it on (auto's gate keys by it)."""
+    p = NgramDrafter(2, 3, answer_start=5)
+    assert p.propose(DraftRequest([5, 6, 7, 8, 9, 5, 6], 1, 4)) is not None and p.origin == "prompt"
+    # the answer repeats itself: 1 2 3 ... 1 2 -> continues with the answer's 3
+    assert p.propose(DraftRequest([5, 6, 7, 8, 9, 1, 2, 3, 1, 2], 1, 4)) is not None and p.origin == "answer"
+    assert p.propose(DraftRequest([5, 6, 7, 8, 9, 4], 1, 4)) is None and p.origin == ""
+    chain = ChainDrafter([NgramDrafter(2, 3, answer_start=5)])
+    chain.propose(DraftRequest([5, 6, 7, 8, 9, 5, 6], 1, 4))
+    assert chain.origin == "prompt"
+
+
 def test_a_chain_drafts_with_the_first_that_has_a_draft():
     class Fixed(DrafterBase):
         name, kind = "fixed", "model"

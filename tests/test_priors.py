@@ -34,15 +34,16 @@ def test_the_replay_counts_what_a_drafting_lookup_would_have_seen():
     got = priors.replay_lookups(prompt, gen, NgramIndex(2, 4), l_max=16)
     # position 1: history ... 9 1 -> tail (9 1) unseen, (1) too short; position 2: tail (1 2)
     # is the prompt's start: draft 3 4 5 9, answer 3 4 5 7 -> 3 accepted of 4 reached
-    assert got == {"ngram:2": [3.0, 4.0]}
+    assert got == {"ngram:2:prompt": [3.0, 4.0]}  # the continuation was found in the prompt
     assert priors.right_prefix([3, 4, 5, 9], [3, 4, 5, 7]) == 3 and priors.right_prefix([], [1]) == 0
 
 
 def test_a_draft_that_is_right_to_its_end_counts_no_rejection():
-    """At position 2 the draft 7 8 (L = 2) is right to its end: 2 accepted of 2 reached; at
-    position 5 the draft 5 6 is wrong at once: 0 of 1."""
+    """At position 2 the draft 7 8 (L = 2, read off the prompt) is right to its end: 2 accepted
+    of 2 reached; at position 5 the draft 5 6 (read off the answer's first tokens: the latest
+    8 9 is the prompt's, followed by the answer's 5) is wrong at once: 0 of 1."""
     got = priors.replay_lookups([5, 6, 7, 8, 9], [5, 6, 7, 8, 9, 1], NgramIndex(2, 2), l_max=2)
-    assert got == {"ngram:2": [2.0, 3.0]}
+    assert got == {"ngram:2:prompt": [2.0, 2.0], "ngram:2:answer": [0.0, 1.0]}
 
 
 def test_the_gate_starts_from_a_prior_and_live_evidence_outweighs_it():
@@ -65,7 +66,12 @@ def test_the_shipped_file_parses_and_covers_the_default_pair():
     assert data, "localspec/data/priors.json is missing or unreadable"
     table = priors.lookup_priors()
     assert table and all(k[0] in ("ngram", "prediction") and 2 <= k[1] <= 64 for k in table)
-    assert {k[1] for k in table if k[0] == "prediction"} == {k[1] for k in table if k[0] == "ngram"}  # copied
+    # a prediction is text the client gave: it starts from the prompt matches' priors
+    assert {k[1] for k in table if k[0] == "prediction"} == {k[1] for k in table if k[0] == "ngram" and k[2:] == ("prompt",)}
+    assert all(table[("prediction", k[1])] == table[k] for k in table if k[0] == "ngram" and k[2:] == ("prompt",))
+    # a prompt match and an answer match are priced apart, and the answer's copies are worse bets
+    p2, a2 = table[("ngram", 2, "prompt")], table[("ngram", 2, "answer")]
+    assert p2[0] > a2[0] + 0.2 * priors.PRIOR_WEIGHT
     for pa, pt in table.values():
         assert pt == priors.PRIOR_WEIGHT and 0.0 <= pa <= pt
     thin = [k for k, (_, reached) in data["lookup"].items() if reached < priors.MIN_EVIDENCE]
@@ -75,6 +81,27 @@ def test_the_shipped_file_parses_and_covers_the_default_pair():
     assert priors.draft_alpha("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
                               False) is None  # fitted at T = 0 only
     assert data["fitted"]["lookup"]["half"] == "tune"  # never fitted on the report half
+
+
+def test_a_shipped_prior_explores_by_the_positions_it_was_fitted_on():
+    """A prior weighs PRIOR_WEIGHT trials against the session's evidence, but its exploration
+    bonus shrinks with the positions behind it: a 2-token prompt match fitted at 0.89 on 873
+    positions is bet on at about 0.89, not 0.98 (a 15-token bet that lost on chat)."""
+    key = ("ngram", 2, "prompt")
+    fitted = LookupGate(prior={key: (0.89 * 6, 6.0)}, evidence={key: 873.0})
+    guessed = LookupGate(prior={key: (0.89 * 6, 6.0)}, evidence={})
+    assert fitted.optimistic_alpha(key) - fitted.alpha(key) < 0.02
+    assert guessed.optimistic_alpha(key) == pytest.approx(min(0.98, 0.89 + 0.4 / 5**0.5))
+    assert LookupGate(prior={}, evidence={key: 873.0}).optimistic_alpha(key) == pytest.approx(0.5 + 0.4)  # no prior: unfitted
+    table = priors.lookup_evidence()
+    assert table and set(table) == set(priors.lookup_priors())
+
+
+def test_keys_round_trip_and_malformed_entries_are_skipped():
+    for key in [("ngram", 8), ("ngram", 8, "prompt"), ("suffix", 3)]:
+        assert priors.parse_key(priors.key_text(key)) == key
+    for text in ["ngram", "ngram:x", ":3", "ngram:3:", "a:1:b:c"]:
+        assert priors.parse_key(text) is None
 
 
 def test_turning_them_off_gives_the_uninformed_estimates():
@@ -142,7 +169,7 @@ def test_the_gate_replay_prices_auto_lookups_on_an_answer():
     steep = CostCurve([1, 2, 4, 8, 16, 32], [0.031, 0.060, 0.106, 0.234, 0.330, 0.530])
     prompt = list(range(100, 160))
     gen = [100 + i for i in range(48)]  # the answer re-quotes the prompt
-    keys = [("ngram", n) for n in range(2, 9)]
+    keys = [("ngram", n, "prompt") for n in range(2, 9)]  # the matches are the prompt's
     believer = LookupGate(prior={k: (5.9, 6.0) for k in keys})
     sceptic = LookupGate(prior={k: (0.0, 60.0) for k in keys})
     seconds, passes, drafted = replay(prompt, gen, believer, steep, 2, 8)

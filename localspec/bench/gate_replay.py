@@ -16,7 +16,7 @@ from collections.abc import Callable
 from localspec import tools
 from localspec.bench.common import median
 from localspec.costmodel.curves import CostCurve
-from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate
+from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate, gate_key
 from localspec.costmodel.priors import right_prefix
 
 
@@ -33,14 +33,15 @@ def replay(prompt: list[int], gen: list[int], gate: LookupGate, cost: CostCurve,
     while i < len(gen):
         index.extend(prompt + gen[:i])
         toks, matched = index.continuation(l_max)
-        L = gate.best_length(believed or cost, ("ngram", matched), len(toks))[0] if toks else 0
+        key = gate_key("ngram", matched, index.origin(len(prompt)))
+        L = gate.best_length(believed or cost, key, len(toks))[0] if toks else 0
         if L == 0:
             seconds += cost(1)
             passes += 1
             i += 1
             continue
         tau = right_prefix(toks[:L], gen[i:])
-        gate.update(("ngram", matched), tau, L)
+        gate.update(key, tau, L)
         seconds += cost(1 + L) + gate.overhead
         passes += 1
         drafted += L

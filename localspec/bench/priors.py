@@ -1,7 +1,8 @@
 """`localspec bench priors`: fit the acceptance priors a fresh session starts from, on a tuning half.
 
 The target's greedy answers to the split sets' tuning half (never the report half) are
-replayed: a lookup drafting wherever the history has a match gives, per matched n-gram length,
+replayed: a lookup drafting wherever the history has a match gives, per matched n-gram length
+and where the match's continuation was (the prompt or the answer so far),
 the tokens accepted and positions reached (costmodel/priors.replay_lookups: at T = 0 a
 drafted token is accepted iff it is the answer's); with -md, the greedy draft model's
 agreement with the answers, read off one teacher-forced decode, is the pair's acceptance.
@@ -43,7 +44,11 @@ def _load_answers(path: str) -> dict[str, list[tuple[str, list[int], list[int]]]
 
 
 def _sorted(counts: dict[str, list[float]]) -> dict[str, list[float]]:
-    return dict(sorted(counts.items(), key=lambda kv: (kv[0].rpartition(":")[0], int(kv[0].rpartition(":")[2]))))
+    def order(text: str) -> tuple:
+        key = priors.parse_key(text) or (text, 0)
+        return (key[0], key[1], key[2:])
+
+    return dict(sorted(counts.items(), key=lambda kv: order(kv[0])))
 
 
 def main(a: argparse.Namespace) -> int:
@@ -67,10 +72,10 @@ def main(a: argparse.Namespace) -> int:
             row = pooled.setdefault(key, [0.0, 0.0])
             row[0] += acc
             row[1] += reached
-    print(f"lookup acceptance per matched length ({a.half} half, {len(answers_all)} answers):")
+    print(f"lookup acceptance per matched length and where the match was ({a.half} half, {len(answers_all)} answers):")
     for key, (acc, reached) in _sorted(pooled).items():
         kinds = ", ".join(f"{k} {c[key][0] / c[key][1]:.2f}/{c[key][1]:.0f}" for k, c in per_kind.items() if key in c)
-        print(f"  {key:10s} alpha {acc / reached:.2f} over {reached:.0f} positions  ({kinds})")
+        print(f"  {key:18s} alpha {acc / reached:.2f} over {reached:.0f} positions  ({kinds})")
     draft_entry = None
     if a.draft:
         draft = resolve_model(a.draft)

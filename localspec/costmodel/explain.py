@@ -65,7 +65,8 @@ def lookup_lines(costs: CostModel | None, cfg: GenConfig) -> list[str]:
              "gate prices best (acceptance learned per proposer and match length, this session)"]
     for kind in kinds:
         shown = gate or LookupGate()  # before any evidence: the shipped priors (costmodel/priors.py)
-        keys = sorted({n[1] for n in (*shown.trials, *shown.prior) if isinstance(n, tuple) and n[0] == kind})
+        keys = sorted({n for n in (*shown.trials, *shown.prior) if isinstance(n, tuple) and n[0] == kind},
+                      key=lambda n: (n[1], n[2:]))
         if not keys:
             prior = shown
             line = (f"  {kind}: no lookup evidence yet: every match length starts at alpha "
@@ -75,12 +76,12 @@ def lookup_lines(costs: CostModel | None, cfg: GenConfig) -> list[str]:
             lines.append(line)
             lines += _stack_line(gate, kind)
             continue
-        lines.append(f"  {kind:7} {'match':>5} {'alpha':>5} {'bet':>5} {'accepted/reached':>17}  drafts")
-        for n in keys:
-            key = (kind, n)
+        lines.append(f"  {kind:7} {'match':>5} {'found in':>8} {'alpha':>5} {'bet':>5} {'accepted/reached':>17}  drafts")
+        for key in keys:
             counts = f"{shown.accepted[key]:.0f}/{shown.trials[key]:.0f}" if key in shown.trials else "shipped prior"
-            lines.append(f"  {'':7} {n:>5} {shown.alpha(key):>5.2f} {shown.optimistic_alpha(key):>5.2f} {counts:>17}  "
-                         + (_drafts(shown, target, key) if target is not None else "(no target curve yet)"))
+            where = key[2] if len(key) > 2 else "-"
+            lines.append(f"  {'':7} {key[1]:>5} {where:>8} {shown.alpha(key):>5.2f} {shown.optimistic_alpha(key):>5.2f} "
+                         f"{counts:>17}  " + (_drafts(shown, target, key) if target is not None else "(no target curve yet)"))
         lines += _stack_line(gate, kind)
     return lines
 
@@ -88,16 +89,16 @@ def lookup_lines(costs: CostModel | None, cfg: GenConfig) -> list[str]:
 def _stack_line(gate: LookupGate | None, kind: str) -> list[str]:
     """What auto learned a stack of this lookup adds beside the draft model, per match
     length (decode/policy/stack.py); nothing before a draft-model iteration taught it."""
-    gains = sorted(n[1] for n in (gate.gain if gate else {}) if n[0] == kind)
+    gains = sorted((n for n in (gate.gain if gate else {}) if n[0] == kind), key=lambda n: (n[1], n[2:]))
     if not gains:
         return []
     assert gate is not None
     return [f"  {kind} stacked beside the draft model, tokens it adds per iteration (learned): "
-            + ", ".join(f"match {n}: +{gate.stack_gain((kind, n)):.2f} (n={gate.gain_trials[(kind, n)]:.0f})"
+            + ", ".join(f"match {' in the '.join(map(str, n[1:]))}: +{gate.stack_gain(n):.2f} (n={gate.gain_trials[n]:.0f})"
                         for n in gains)]
 
 
-def _drafts(gate: LookupGate, target: CostCurve, key: tuple[str, int]) -> str:
+def _drafts(gate: LookupGate, target: CostCurve, key: tuple) -> str:
     """What the gate would draft for a match of this key, and the speedup it predicts."""
     L, gain = gate.best_length(target, key, LOOKUP_MAX_L)
     return f"L={L} (predicted {gain:.2f}x AR per lookup iteration)" if L else "none (no length beats AR)"

@@ -6,7 +6,8 @@ whatever the pair. A one-shot `localspec run` (one turn, 100 tokens) never gets 
 `localspec bench priors` fits both on the tuning halves of the bench's prompt sets (never
 the report halves) and writes localspec/data/priors.json:
 
-- `lookup`: per (proposer, matched length) -- the keys auto's gate learns per -- the tokens
+- `lookup`: per (proposer, matched length, origin) -- the keys auto's gate learns per
+  (costmodel/lookup.gate_key; "ngram:8:prompt" in the file) -- the tokens
   accepted and positions reached when a lookup drafted at every position where it had a match
   (the target's greedy answers replayed: at T = 0 a drafted token is accepted iff it is the
   answer's), pooled over the prompt kinds;
@@ -30,6 +31,7 @@ PRIOR_WEIGHT = 6.0  # positions of evidence a shipped lookup prior is worth (liv
 MIN_EVIDENCE = 20.0  # a key fitted on fewer reached positions keeps the uninformed prior
 DRAFT_PRIOR_WEIGHT = 8.0  # verifications a shipped draft acceptance is worth (acceptance.py's weight)
 _FILE = "priors.json"
+_PROMPT = "prompt"  # decode/drafters/base.PROMPT: a match in the text the turn was given
 _enabled = True
 
 
@@ -56,29 +58,51 @@ def shipped() -> dict:
 
 
 def key_text(key: Hashable) -> str:
-    """A gate key ("ngram", 5) as the file spells it: "ngram:5"."""
-    if isinstance(key, tuple) and len(key) == 2:
-        return f"{key[0]}:{key[1]}"
+    """A gate key ("ngram", 5) / ("ngram", 5, "prompt") as the file spells it: "ngram:5" / "ngram:5:prompt"."""
+    if isinstance(key, tuple) and len(key) in (2, 3):
+        return ":".join(str(k) for k in key)
     return str(key)
+
+
+def parse_key(text: str) -> tuple | None:
+    """key_text's inverse; None for a malformed entry (skipped)."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not parts[0] or not parts[1].isdigit() or (len(parts) == 3 and not parts[2]):
+        return None
+    return (parts[0], int(parts[1]), *parts[2:])
+
+
+@functools.cache
+def _lookup_table() -> dict[Hashable, tuple[float, float]]:
+    """{gate key: (alpha, positions reached)} of the shipped fit, thin keys left out."""
+    out: dict[Hashable, tuple[float, float]] = {}
+    for text, (acc, reached) in (shipped().get("lookup") or {}).items():
+        key = parse_key(text)
+        if key is None or reached < MIN_EVIDENCE:
+            continue
+        out[key] = (min(max(acc / reached, 0.0), 1.0), float(reached))
+    # a match in the client's prediction (decode/drafters/prediction.py) starts where a prompt
+    # match of that length does (text the client gave), until the prediction has priors of its own
+    for key, row in list(out.items()):
+        if key[0] == "ngram" and key[2:] in ((), (_PROMPT,)):
+            out.setdefault(("prediction", key[1]), row)
+    return out
 
 
 def lookup_priors() -> dict[Hashable, tuple[float, float]]:
     """{gate key: (pseudo-accepted, pseudo-trials)} scaled to PRIOR_WEIGHT trials; {} when off."""
     if not _enabled:
         return {}
-    out: dict[Hashable, tuple[float, float]] = {}
-    for text, (acc, trials) in (shipped().get("lookup") or {}).items():
-        source, _, n = text.rpartition(":")
-        if not source or not n.isdigit() or trials < MIN_EVIDENCE:
-            continue
-        alpha = min(max(acc / trials, 0.0), 1.0)
-        out[(source, int(n))] = (alpha * PRIOR_WEIGHT, PRIOR_WEIGHT)
-    # a match in the client's prediction (decode/drafters/prediction.py) starts where a prompt
-    # match of that length does, until the prediction has priors of its own
-    for (source, n), prior in list(out.items()):
-        if source == "ngram":
-            out.setdefault(("prediction", n), prior)
-    return out
+    return {key: (alpha * PRIOR_WEIGHT, PRIOR_WEIGHT) for key, (alpha, _) in _lookup_table().items()}
+
+
+def lookup_evidence() -> dict[Hashable, float]:
+    """{gate key: positions the shipped prior was fitted on}; {} when off. The gate's
+    exploration bonus shrinks with them: a prior fitted on 873 positions is not a guess,
+    though it weighs only PRIOR_WEIGHT against the session's own evidence."""
+    if not _enabled:
+        return {}
+    return {key: reached for key, (_, reached) in _lookup_table().items()}
 
 
 def draft_alpha(target: str, draft: str, greedy: bool) -> float | None:
@@ -98,7 +122,7 @@ def right_prefix(draft: Sequence[int], rest: Sequence[int]) -> int:
 
 
 def replay_lookups(prompt: list[int], gen: list[int], index, l_max: int, source: str = "ngram") -> dict[str, list[float]]:
-    """{"source:matched": [accepted, reached]} of a lookup that drafts (up to l_max tokens)
+    """{"source:matched:origin": [accepted, reached]} of a lookup that drafts (up to l_max tokens)
     wherever the history has a match, along a greedy answer: after a draft the walk moves
     past its accepted tokens and the target's own one, as a verification does; reached counts
     as LookupGate.update does (the accepted tokens and the rejected one)."""
@@ -111,7 +135,7 @@ def replay_lookups(prompt: list[int], gen: list[int], index, l_max: int, source:
             i += 1
             continue
         tau = right_prefix(toks, gen[i:])
-        row = out.setdefault(f"{source}:{matched}", [0.0, 0.0])
+        row = out.setdefault(key_text((source, matched, index.origin(len(prompt)))), [0.0, 0.0])
         row[0] += tau
         row[1] += min(tau + 1, len(toks))
         i += tau + 1

@@ -47,10 +47,13 @@ class Turn:
     mtp: MtpHead | None = None  # the target's MTP head, when the session loaded one
     constraint: TurnConstraint | None = None  # the turn's grammar (decode/constrained.py), if any
     t_start: float = field(default_factory=time.perf_counter)
+    answer_start: int = -1  # where this turn's answer starts in the target's history (set below)
 
     def __post_init__(self) -> None:
         if not self.method:
             self.method = self.cfg.method
+        if self.answer_start < 0:  # the prompt is committed when a turn starts (KVState.sync)
+            self.answer_start = len(self.target.committed)
 
     def should_stop(self) -> bool:
         """The loop ends at the next iteration boundary when the user asked or text ended."""

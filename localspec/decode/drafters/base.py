@@ -11,7 +11,10 @@ between them is answered here —
   masses read off text: free to draft, priced by auto's lookup gate per match length);
 - `draft`: the draft model's KV when it keeps one (the loop's room check), else None;
 - `extra_drafts`: drafts beyond -K that every trie may carry (a stack's lookup draft);
-- `matched`: a lookup's match length at its last proposal (what auto's gate learns per).
+- `matched`: a lookup's match length at its last proposal (what auto's gate learns per);
+- `origin`: where that proposal's continuation was found, PROMPT (the text the turn was given)
+  or ANSWER (the turn's own answer so far), "" where the drafter does not tell (a second key
+  of the gate: decode/drafters/lookup.py).
 
 Targets' rows reach an MTP-style head through backend/mtp.py's decode hook; a drafter that
 needs nothing of the kind ignores it.
@@ -31,6 +34,8 @@ if TYPE_CHECKING:
 
 MODEL = "model"
 LOOKUP = "lookup"
+PROMPT = "prompt"  # a lookup's continuation found in the text the turn was given
+ANSWER = "answer"  # ... in the turn's own answer so far
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,7 @@ class Drafter(Protocol):
     draft: KVState | None
     extra_drafts: int
     matched: int
+    origin: str
 
     def propose(self, req: DraftRequest) -> DraftTrie | None:
         """A trie of drafts, or None when it has nothing to draft (the target then writes
@@ -93,6 +99,7 @@ class DrafterBase:
     draft: KVState | None = None
     extra_drafts = 0
     matched = 0
+    origin = ""
 
     def propose(self, req: DraftRequest) -> DraftTrie | None:
         raise NotImplementedError

@@ -55,6 +55,11 @@ class ChainDrafter(DrafterBase):
         """The match length of the lookup that drafted last (auto's gate prices by it)."""
         return self.last.matched
 
+    @property
+    def origin(self) -> str:  # type: ignore[override]
+        """Where the last drafting lookup found its continuation."""
+        return self.last.origin
+
     def propose(self, req: DraftRequest) -> DraftTrie | None:
         for d in self.drafters:
             trie = d.propose(req)
@@ -104,6 +109,10 @@ class StackDrafter(DrafterBase):
     @property
     def matched(self) -> int:  # type: ignore[override]
         return self.lookup.matched
+
+    @property
+    def origin(self) -> str:  # type: ignore[override]
+        return self.lookup.origin
 
     def propose(self, req: DraftRequest) -> DraftTrie | None:
         """K model drafts plus, when the history matches, the lookup's one (K + 1 in all)."""

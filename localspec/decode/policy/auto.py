@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from localspec.config import one_draft_verifier
 from localspec.costmodel import CostModel, dynamic_length, length_cap, per_draft_length
-from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate, hint_length
+from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate, gate_key, hint_length
 from localspec.decode.drafters import registry
 from localspec.decode.drafters.base import Drafter, DraftRequest, Outcome
 from localspec.decode.drafters.trie import GRAMMAR, PREDICTION
@@ -137,20 +137,21 @@ class Bet(NamedTuple):
 
     L: int  # the draft length that pays most alone (0: none beats AR)
     speedup: float  # its predicted speedup over AR
-    key: tuple  # (proposer, matched length): what the gate learns per
+    key: tuple  # (proposer, matched length[, origin]): what the gate learns per (gate_key)
     tokens: list[int]  # the continuation (up to LOOKUP_MAX_L): a stack's counterfactual, the draft hint
 
 
 def lookup_bet(turn: Turn, cm: CostModel, lookup: Drafter | None, gate: LookupGate, explore: bool = True) -> Bet | None:
     """The lookup's bet for the history's match now; None without a match. The gate learns
     per (proposer, match length): an ngram and a suffix match of one length are different bets.
+    A prompt match and an answer match are different bets too (drafters/lookup.py's origin).
     `explore`: price it on the gate's optimistic alpha (else its estimate)."""
     if lookup is None:
         return None
     trie = lookup.propose(DraftRequest(turn.target.committed, 1, LOOKUP_MAX_L))
     if trie is None:
         return None
-    key = (trie.source, lookup.matched)
+    key = gate_key(trie.source, lookup.matched, lookup.origin)
     L, speedup = gate.best_length(cm.target, key, trie.L, explore=explore)
     return Bet(L, speedup, key, [trie.nodes[i].token for i in trie.path[0]])
 
