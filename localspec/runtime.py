@@ -198,6 +198,10 @@ class RuntimeSession:
     def fim_missing(self) -> list[str]:
         return self.target_model.fim.missing
 
+    @property
+    def fim_ids(self) -> tuple[int, int]:
+        return self.target_model.fim.suf, self.target_model.fim.mid
+
     def fim_prompt(self, fim: FimInput, n_predict: int) -> list[int]:
         tm = self.target_model
         tm.fim.require(self.target_name)

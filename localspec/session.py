@@ -176,6 +176,12 @@ class Session(Protocol):
         a FIM request."""
         ...
 
+    @property
+    def fim_ids(self) -> tuple[int, int]:
+        """The target's FIM suffix and middle token ids ((-1, -1) for a model without them):
+        where a FIM prompt's text after the cursor lies (bench priors fits lookups on it)."""
+        ...
+
     def fim_prompt(self, fim: FimInput, n_predict: int) -> list[int]:
         """Prompt token ids for `fim` in the target's FIM format, cut to the context as
         llama-server's /infill cuts it (`n_predict` is reserved for the answer); pass them to

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from localspec.backend.rpc_server import RpcServer
     from localspec.decode.drafters.base import DraftRequest
-    from localspec.decode.drafters.lookup import NgramIndex
+    from localspec.decode.drafters.lookup import NgramIndex, Regions
     from localspec.decode.drafters.suffix import Continuations, SuffixDrafter, SuffixStore
     from localspec.decode.drafters.suffix_shared import SharedSuffix, SlotSuffix
     from localspec.decode.parse.probe import Probe
@@ -177,6 +177,14 @@ def ngram_index(n_min: int, n_max: int) -> NgramIndex:
     from localspec.decode.drafters.lookup import NgramIndex
 
     return NgramIndex(n_min, n_max)
+
+
+def lookup_regions(prompt: Sequence[int], suf: int = -1, mid: int = -1) -> Regions:
+    """Where a lookup's match may continue in a turn given `prompt` (decode/drafters/lookup.Regions:
+    the prompt, the answer, a FIM prompt's prefix and suffix when its FIM token ids are given)."""
+    from localspec.decode.drafters.lookup import regions_of
+
+    return regions_of(prompt, suf, mid)
 
 
 def draft_request(committed: list[int], K: int, L: int) -> DraftRequest:

@@ -18,7 +18,7 @@ from localspec.backend.memory import Memory
 from localspec.config import GenConfig, SamplingConfig
 from localspec.costmodel import CostCurve, CostModel
 from localspec.decode.drafters.base import MODEL, DrafterBase, Outcome
-from localspec.decode.drafters.lookup import NgramDrafter
+from localspec.decode.drafters.lookup import NgramDrafter, Regions
 from localspec.decode.policy.auto import (
     FIRST_PROBE,
     PROBE_EVERY,
@@ -163,7 +163,7 @@ def test_a_prompt_match_and_an_answer_match_are_different_bets():
     cm = CostModel(steep, CostCurve([1], [0.0]))
     prompt = [40, 41, 42, 43, 44, 45, 46, 47, 48, 49]
     turn = make_turn(prompt + [1, 2, 3, 1, 2], cm)
-    policy = AutoPolicy(turn, cm, None, NgramDrafter(2, 4, answer_start=len(prompt)), None)
+    policy = AutoPolicy(turn, cm, None, NgramDrafter(2, 4, Regions(len(prompt))), None)
     for _ in range(50):
         cm.lookup.update(("ngram", 2, "answer"), 0, 8)
         cm.lookup.update(("ngram", 2, "prompt"), 8, 8)

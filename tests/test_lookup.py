@@ -17,7 +17,7 @@ import pytest
 from localspec.config import GenConfig, SamplingConfig
 from localspec.decode.drafters.base import DrafterBase, DraftRequest
 from localspec.decode.drafters.combine import ChainDrafter
-from localspec.decode.drafters.lookup import NgramDrafter, NgramIndex
+from localspec.decode.drafters.lookup import NgramDrafter, NgramIndex, Regions, regions_of
 from localspec.errors import ConfigError
 
 CODE = ("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
@@ -69,14 +69,30 @@ def test_a_lookup_tells_whether_it_copies_the_prompt_or_the_answer():
     """The turn's prompt is 5 6 7 8 9 (answer_start 5): a match whose continuation starts in
     it is a PROMPT bet, one that continues the answer's own earlier tokens an ANSWER bet; the
     chain and the stack pass it on (auto's gate keys by it)."""
-    p = NgramDrafter(2, 3, answer_start=5)
+    p = NgramDrafter(2, 3, Regions(5))
     assert p.propose(DraftRequest([5, 6, 7, 8, 9, 5, 6], 1, 4)) is not None and p.origin == "prompt"
     # the answer repeats itself: 1 2 3 ... 1 2 -> continues with the answer's 3
     assert p.propose(DraftRequest([5, 6, 7, 8, 9, 1, 2, 3, 1, 2], 1, 4)) is not None and p.origin == "answer"
     assert p.propose(DraftRequest([5, 6, 7, 8, 9, 4], 1, 4)) is None and p.origin == ""
-    chain = ChainDrafter([NgramDrafter(2, 3, answer_start=5)])
+    chain = ChainDrafter([NgramDrafter(2, 3, Regions(5))])
     chain.propose(DraftRequest([5, 6, 7, 8, 9, 5, 6], 1, 4))
     assert chain.origin == "prompt"
+
+
+def test_a_fim_prompt_has_a_prefix_and_a_suffix():
+    """[PRE] 1 2 3 [SUF] 4 5 6 [MID]: a continuation before the suffix token is the prefix's,
+    between it and the middle token the suffix's; a prompt without them has neither."""
+    PRE, SUF, MID = 90, 91, 92
+    prompt = [PRE, 1, 2, 3, SUF, 4, 5, 6, MID]
+    r = regions_of(prompt, SUF, MID)
+    assert r == Regions(9, (5, 8))
+    assert [r.origin(i) for i in (1, 4, 5, 7, 8, 9, -1)] == ["prefix", "prefix", "suffix", "suffix", "prefix", "answer", ""]
+    assert regions_of(prompt, -1, -1) == Regions(9) and regions_of([1, 2, SUF, 3], SUF, MID) == Regions(4)
+    p = NgramDrafter(2, 3, r)
+    p.propose(DraftRequest([*prompt, 4, 5], 1, 4))  # the answer begins like the suffix
+    assert p.origin == "suffix" and p.matched == 2
+    p.propose(DraftRequest([*prompt, 1, 2], 1, 4))
+    assert p.origin == "prefix"
 
 
 def test_a_chain_drafts_with_the_first_that_has_a_draft():
@@ -394,3 +410,22 @@ def _two_token_law(s, history, sampling) -> dict:
         ctx.seq_rm(0, len(toks), -1)
     ctx.close()
     return law
+
+
+def test_a_turn_on_a_fim_model_marks_its_fim_prompt():
+    """turn_regions reads the target's FIM ids: a FIM prompt gets its suffix span, a chat
+    prompt on the same model none, a model without FIM tokens none."""
+    from types import SimpleNamespace as NS
+
+    from localspec.backend.fim import FimTokens
+    from localspec.decode.drafters.lookup import turn_regions
+
+    fim = FimTokens(pre=90, suf=91, mid=92)
+    prompt = [90, 1, 2, 91, 3, 4, 92]
+
+    def turn(tokens, tokens_fim):
+        return NS(target_model=NS(fim=tokens_fim), target=NS(committed=[*tokens, 7, 8]), answer_start=len(tokens))
+
+    assert turn_regions(turn(prompt, fim)) == Regions(7, (4, 6))
+    assert turn_regions(turn([1, 2, 3], fim)) == Regions(3)
+    assert turn_regions(turn(prompt, FimTokens())) == Regions(7)

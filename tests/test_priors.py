@@ -16,7 +16,7 @@ from localspec.bench.speed import parse_grid
 from localspec.costmodel import CostCurve, fresh_acceptance, priors
 from localspec.costmodel.acceptance import PRIOR_ALPHA
 from localspec.costmodel.lookup import PRIOR_TRIALS, LookupGate
-from localspec.decode.drafters.lookup import NgramIndex
+from localspec.decode.drafters.lookup import NgramIndex, Regions
 
 
 @pytest.fixture(autouse=True)
@@ -31,7 +31,7 @@ def test_the_replay_counts_what_a_drafting_lookup_would_have_seen():
     position 2 the tail (1 2) matches, its draft 3 4 5 9 .. is right for 3 tokens (accepted 3,
     reached 4), the walk jumps past them and the target's own token; no later tail matches."""
     prompt, gen = [1, 2, 3, 4, 5, 9], [1, 2, 3, 4, 5, 7, 8]
-    got = priors.replay_lookups(prompt, gen, NgramIndex(2, 4), l_max=16)
+    got = priors.replay_lookups(prompt, gen, NgramIndex(2, 4), Regions(len(prompt)), l_max=16)
     # position 1: history ... 9 1 -> tail (9 1) unseen, (1) too short; position 2: tail (1 2)
     # is the prompt's start: draft 3 4 5 9, answer 3 4 5 7 -> 3 accepted of 4 reached
     assert got == {"ngram:2:prompt": [3.0, 4.0]}  # the continuation was found in the prompt
@@ -42,7 +42,7 @@ def test_a_draft_that_is_right_to_its_end_counts_no_rejection():
     """At position 2 the draft 7 8 (L = 2, read off the prompt) is right to its end: 2 accepted
     of 2 reached; at position 5 the draft 5 6 (read off the answer's first tokens: the latest
     8 9 is the prompt's, followed by the answer's 5) is wrong at once: 0 of 1."""
-    got = priors.replay_lookups([5, 6, 7, 8, 9], [5, 6, 7, 8, 9, 1], NgramIndex(2, 2), l_max=2)
+    got = priors.replay_lookups([5, 6, 7, 8, 9], [5, 6, 7, 8, 9, 1], NgramIndex(2, 2), Regions(5), l_max=2)
     assert got == {"ngram:2:prompt": [2.0, 2.0], "ngram:2:answer": [0.0, 1.0]}
 
 
@@ -159,6 +159,25 @@ def test_bench_priors_fits_on_a_real_model(smollm2_path, tmp_path, capsys):
     assert main([*args, "--simulate", "--curve", "1:10,2:15,4:20,8:30,16:50"]) == 0
     text = capsys.readouterr().out
     assert "| gate | edit |" in text and "| shipped priors |" in text and "| uninformed" in text
+
+
+@pytest.mark.slow
+def test_bench_priors_fits_fim_requests_by_prefix_and_suffix(qwen_draft_path, tmp_path, capsys):
+    """`--kinds fim`: the tuning half's holes asked as an editor asks them (at the cursor,
+    then after typed words), the FIM ids saved with the answers, the keys split by the FIM
+    prompt's regions (no `prompt` origin: a FIM prompt is prefix and suffix)."""
+    from localspec.cli.main import main
+
+    answers, out = tmp_path / "answers.json", tmp_path / "p.json"
+    args = ["bench", "priors", "-m", str(qwen_draft_path), "--kinds", "fim", "--fim-holes", "2", "--answers", str(answers)]
+    assert main([*args, "--out", str(out)]) == 0
+    saved = json.loads(answers.read_text())
+    suf, mid = saved["_fim_ids"]
+    assert suf >= 0 and mid >= 0 and len(saved["fim"]) >= 2  # one hole, at the cursor and typed
+    assert all(p.count(suf) == 1 and p[-1] == mid and len(g) <= 64 for _, p, g in saved["fim"])
+    keys = [priors.parse_key(k) for k in json.loads(out.read_text())["lookup"]]
+    assert keys and all(k[2] in ("prefix", "suffix", "answer") for k in keys)
+    assert "(fim " in capsys.readouterr().out  # the per-kind column of the fit
 
 
 def test_the_gate_replay_prices_auto_lookups_on_an_answer():

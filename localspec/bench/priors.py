@@ -21,26 +21,34 @@ from pathlib import Path
 from localspec import tools
 from localspec.bench.ceiling import greedy_answers
 from localspec.bench.common import HALVES, machine_info, median
+from localspec.bench.fim_answers import fim_answers
 from localspec.config import GenConfig
 from localspec.costmodel import priors
 from localspec.costmodel.lookup import LOOKUP_MAX_L
 
+FIM_KIND = "fim"  # the editor's completion requests (bench/fim_answers.py), not a prompt set
+FIM_N_PREDICT = 64  # bench fim's answer length
 
-def lookup_counts(answers: list[tuple[str, list[int], list[int]]], n_min: int, n_max: int) -> dict[str, list[float]]:
-    """Pooled {"ngram:n": [accepted, reached]} over the answers (a fresh index per answer)."""
+
+def lookup_counts(answers: list[tuple[str, list[int], list[int]]], n_min: int, n_max: int,
+                  fim: tuple[int, int] = (-1, -1)) -> dict[str, list[float]]:
+    """Pooled {"ngram:n:origin": [accepted, reached]} over the answers (a fresh index per
+    answer; `fim`: the target's FIM suffix and middle ids, which mark a FIM prompt's regions)."""
     out: dict[str, list[float]] = {}
     for _, prompt, gen in answers:
-        for key, (acc, reached) in priors.replay_lookups(prompt, gen, tools.ngram_index(n_min, n_max), LOOKUP_MAX_L).items():
+        index, regions = tools.ngram_index(n_min, n_max), tools.lookup_regions(prompt, *fim)
+        for key, (acc, reached) in priors.replay_lookups(prompt, gen, index, regions, LOOKUP_MAX_L).items():
             row = out.setdefault(key, [0.0, 0.0])
             row[0] += acc
             row[1] += reached
     return out
 
 
-def _load_answers(path: str) -> dict[str, list[tuple[str, list[int], list[int]]]]:
-    """{kind: [(prompt id, prompt tokens, answer tokens)]} as --answers saved them."""
+def _load_answers(path: str) -> tuple[dict[str, list[tuple[str, list[int], list[int]]]], tuple[int, int]]:
+    """({kind: [(prompt id, prompt tokens, answer tokens)]}, the FIM ids) as --answers saved them."""
     data = json.loads(Path(path).read_text(encoding="utf-8"))
-    return {k: [(str(i), list(p), list(g)) for i, p, g in v] for k, v in data.items()}
+    ids = data.pop("_fim_ids", (-1, -1))
+    return {k: [(str(i), list(p), list(g)) for i, p, g in v] for k, v in data.items()}, (int(ids[0]), int(ids[1]))
 
 
 def _sorted(counts: dict[str, list[float]]) -> dict[str, list[float]]:
@@ -57,22 +65,27 @@ def main(a: argparse.Namespace) -> int:
     target = resolve_model(a.model)
     per_kind: dict[str, dict[str, list[float]]] = {}
     answers_all = []
-    by_kind = _load_answers(a.answers) if a.answers and Path(a.answers).is_file() else {}
+    by_kind, fim = _load_answers(a.answers) if a.answers and Path(a.answers).is_file() else ({}, (-1, -1))
     for kind in a.kinds:
-        if kind not in by_kind:
+        if kind not in by_kind and kind == FIM_KIND:
+            by_kind[kind], fim = fim_answers(str(target), a.fim_holes, FIM_N_PREDICT, a.threads, a.half)
+        elif kind not in by_kind:
             by_kind[kind] = greedy_answers(str(target), [kind], a.n_predict, a.threads, a.half)
         answers = by_kind[kind]
-        answers_all += answers
-        per_kind[kind] = lookup_counts(answers, a.n_min, a.n_max)
+        if kind != FIM_KIND:  # the draft's agreement is fitted on answers of -n tokens
+            answers_all += answers
+        per_kind[kind] = lookup_counts(answers, a.n_min, a.n_max, fim)
     if a.answers:
-        Path(a.answers).write_text(json.dumps({k: [list(x) for x in v] for k, v in by_kind.items()}), encoding="utf-8")
+        saved: dict = {k: [list(x) for x in v] for k, v in by_kind.items()}
+        Path(a.answers).write_text(json.dumps({**saved, "_fim_ids": list(fim)}), encoding="utf-8")
     pooled: dict[str, list[float]] = {}
     for counts in per_kind.values():
         for key, (acc, reached) in counts.items():
             row = pooled.setdefault(key, [0.0, 0.0])
             row[0] += acc
             row[1] += reached
-    print(f"lookup acceptance per matched length and where the match was ({a.half} half, {len(answers_all)} answers):")
+    n_answers = sum(len(by_kind[k]) for k in a.kinds)
+    print(f"lookup acceptance per matched length and where the match was ({a.half} half, {n_answers} answers):")
     for key, (acc, reached) in _sorted(pooled).items():
         kinds = ", ".join(f"{k} {c[key][0] / c[key][1]:.2f}/{c[key][1]:.0f}" for k, c in per_kind.items() if key in c)
         print(f"  {key:18s} alpha {acc / reached:.2f} over {reached:.0f} positions  ({kinds})")
@@ -86,14 +99,15 @@ def main(a: argparse.Namespace) -> int:
               f"(median per prompt {median([sum(x) / max(len(x), 1) for x in agree]):.3f})")
         draft_entry = (f"{target.name}--{draft.name}", round(alpha, 4))
     if a.simulate:
-        _simulate(a, by_kind)
+        _simulate(a, {k: by_kind[k] for k in a.kinds}, fim)
     if a.out:
         _merge(Path(a.out), _sorted(pooled), draft_entry, a)
         print(f"wrote {a.out}", file=sys.stderr)
     return 0
 
 
-def _simulate(a: argparse.Namespace, by_kind: dict[str, list[tuple[str, list[int], list[int]]]]) -> None:
+def _simulate(a: argparse.Namespace, by_kind: dict[str, list[tuple[str, list[int], list[int]]]],
+              fim: tuple[int, int]) -> None:
     """auto's lookup gate replayed on the answers (bench/gate_replay.py), each answer a
     first turn, from the uninformed priors and from the priors file in use."""
     from localspec.bench import gate_replay
@@ -106,7 +120,7 @@ def _simulate(a: argparse.Namespace, by_kind: dict[str, list[tuple[str, list[int
         cost = measured_curve(a.model, a.threads, sizes=(1, 2, 4, 8, 16, 32, 64))[0]
     gates = {"uninformed (before stop 46)": lambda: LookupGate(prior={}), "shipped priors": LookupGate}
     print("\nauto's lookups replayed on these answers, each a first turn (median speedup over AR on the curve):")
-    print(gate_replay.summary(by_kind, gates, cost, a.n_min, a.n_max))
+    print(gate_replay.summary(by_kind, gates, cost, a.n_min, a.n_max, fim))
 
 
 def _merge(path: Path, pooled: dict[str, list[float]], draft_entry: tuple[str, float] | None,
@@ -128,7 +142,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-m", "--model", default="qwen2.5-coder-1.5b", help="target (registry name or path)")
     p.add_argument("-md", "--model-draft", dest="draft", default=None,
                    help="also fit this draft model's acceptance with the target (its greedy agreement)")
-    p.add_argument("--kinds", nargs="+", default=["edit", "code", "chat"], help="split sets to fit on")
+    p.add_argument("--kinds", nargs="+", default=["edit", "code", "chat", FIM_KIND],
+                   help="split sets to fit on; `fim`: the editor's completion requests on bench fim's holes "
+                   "(the tuning half's, each at the cursor and after 3 typed words, 64 tokens)")
+    p.add_argument("--fim-holes", type=int, default=32, metavar="N",
+                   help="cut this many bench fim holes and answer the tuning half's (default 32: 16 holes)")
     p.add_argument("--half", choices=HALVES, default="tune", help="fit on this half (report figures come from the other)")
     p.add_argument("-n", "--n-predict", dest="n_predict", type=int, default=128, help="answer tokens per prompt")
     p.add_argument("-t", "--threads", type=int, default=2)

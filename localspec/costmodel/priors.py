@@ -121,11 +121,13 @@ def right_prefix(draft: Sequence[int], rest: Sequence[int]) -> int:
     return a
 
 
-def replay_lookups(prompt: list[int], gen: list[int], index, l_max: int, source: str = "ngram") -> dict[str, list[float]]:
+def replay_lookups(prompt: list[int], gen: list[int], index, regions, l_max: int,
+                   source: str = "ngram") -> dict[str, list[float]]:
     """{"source:matched:origin": [accepted, reached]} of a lookup that drafts (up to l_max tokens)
     wherever the history has a match, along a greedy answer: after a draft the walk moves
     past its accepted tokens and the target's own one, as a verification does; reached counts
-    as LookupGate.update does (the accepted tokens and the rejected one)."""
+    as LookupGate.update does (the accepted tokens and the rejected one). `regions`
+    (decode/drafters/lookup.Regions of the prompt) names where each match continues."""
     out: dict[str, list[float]] = {}
     i = 1  # gen[0] comes from the prompt's own decode
     while i < len(gen):
@@ -135,7 +137,7 @@ def replay_lookups(prompt: list[int], gen: list[int], index, l_max: int, source:
             i += 1
             continue
         tau = right_prefix(toks, gen[i:])
-        row = out.setdefault(key_text((source, matched, index.origin(len(prompt)))), [0.0, 0.0])
+        row = out.setdefault(key_text((source, matched, regions.origin(index.at))), [0.0, 0.0])
         row[0] += tau
         row[1] += min(tau + 1, len(toks))
         i += tau + 1

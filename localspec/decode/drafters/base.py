@@ -36,6 +36,8 @@ MODEL = "model"
 LOOKUP = "lookup"
 PROMPT = "prompt"  # a lookup's continuation found in the text the turn was given
 ANSWER = "answer"  # ... in the turn's own answer so far
+PREFIX = "prefix"  # ... in a fill-in-the-middle prompt's text before the cursor (and its extra files)
+SUFFIX = "suffix"  # ... in a fill-in-the-middle prompt's text after the cursor
 
 
 @dataclass(frozen=True)

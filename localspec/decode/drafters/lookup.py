@@ -17,15 +17,26 @@ Where the continuation was found is part of the bet (`origin`): text the turn wa
 prompt: a file being re-quoted, the conversation so far) is copied far more faithfully than the
 answer's own earlier words (a list's repeated "- **", a sentence's shape). On the bench's tuning
 half a 2-token match continued right 88-95 % of the time from the prompt and 23-43 % from the
-answer, and chat's long matches all came from the answer (docs/performance.md#origin).
+answer, and chat's long matches all came from the answer (docs/performance.md#origin). A
+fill-in-the-middle prompt has two given texts that are different bets again: the code before
+the cursor (PREFIX) and after it (SUFFIX; `Regions`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from localspec.decode.drafters.base import ANSWER, LOOKUP, PROMPT, DrafterBase, DraftRequest
+from localspec.decode.drafters.base import (
+    ANSWER,
+    LOOKUP,
+    PREFIX,
+    PROMPT,
+    SUFFIX,
+    DrafterBase,
+    DraftRequest,
+)
 from localspec.decode.drafters.trie import DraftTrie, chain_trie
 
 if TYPE_CHECKING:
@@ -76,12 +87,38 @@ class NgramIndex:
         self.at = -1
         return [], 0
 
-    def origin(self, answer_start: int) -> str:
-        """Where the last match's continuation starts: PROMPT (before `answer_start`, the
-        turn's given text), ANSWER (the turn's own answer), "" (no match)."""
-        if self.at < 0:
+
+
+@dataclass(frozen=True)
+class Regions:
+    """Where a turn's history changes meaning: its answer starts at `answer_start`; in a
+    fill-in-the-middle prompt the text after the cursor spans `suffix` (start, end)."""
+
+    answer_start: int
+    suffix: tuple[int, int] | None = None
+
+    def origin(self, at: int) -> str:
+        """Where a continuation starting at history position `at` was found ("" for none)."""
+        if at < 0:
             return ""
-        return PROMPT if self.at < answer_start else ANSWER
+        if at >= self.answer_start:
+            return ANSWER
+        if self.suffix is None:
+            return PROMPT
+        return SUFFIX if self.suffix[0] <= at < self.suffix[1] else PREFIX
+
+
+def regions_of(prompt: Sequence[int], suf: int, mid: int) -> Regions:
+    """The regions of a turn whose given text is `prompt`: a FIM prompt (its last `mid`
+    token after a `suf` token, the ids the model's FIM tokens have; -1: none) has a suffix
+    between the two (backend/fim.build_infill's layout), any other prompt has none."""
+    n = len(prompt)
+    if suf >= 0 and mid >= 0:
+        m = next((i for i in range(n - 1, -1, -1) if prompt[i] == mid), -1)
+        s = next((i for i in range(m - 1, -1, -1) if prompt[i] == suf), -1) if m > 0 else -1
+        if s >= 0:
+            return Regions(n, (s + 1, m))
+    return Regions(n)
 
 
 class NgramDrafter(DrafterBase):
@@ -94,19 +131,27 @@ class NgramDrafter(DrafterBase):
     name = "ngram"
     kind = LOOKUP
 
-    def __init__(self, n_min: int = 2, n_max: int = 4, answer_start: int | None = None) -> None:
+    def __init__(self, n_min: int = 2, n_max: int = 4, regions: Regions | None = None) -> None:
         self.index = NgramIndex(n_min, n_max)
         self.matched = 0  # n-gram length of the last proposal (for the acceptance estimate)
-        self.answer_start = answer_start  # where this turn's answer starts in the history (None: not told)
+        self.regions = regions  # where the turn's answer (and a FIM suffix) lie (None: not told)
         self.origin = ""
 
     def propose(self, req: DraftRequest) -> DraftTrie | None:
         self.index.extend(req.committed)
         toks, self.matched = self.index.continuation(req.L)
-        self.origin = self.index.origin(self.answer_start) if self.answer_start is not None else ""
+        self.origin = self.regions.origin(self.index.at) if self.regions is not None else ""
         return chain_trie(toks, self.name) if toks else None
 
 
 def build(turn: Turn, auto: CostModel | None = None) -> NgramDrafter:
     """The registry's builder (--spec-ngram-min / --spec-ngram-max)."""
-    return NgramDrafter(turn.cfg.ngram_min, turn.cfg.ngram_max, turn.answer_start)
+    return NgramDrafter(turn.cfg.ngram_min, turn.cfg.ngram_max, turn_regions(turn))
+
+
+def turn_regions(turn: Turn) -> Regions:
+    """The turn's regions: its prompt is what the target had committed when it started."""
+    fim = getattr(turn.target_model, "fim", None)
+    if fim is None:
+        return Regions(turn.answer_start)
+    return regions_of(turn.target.committed[: turn.answer_start], fim.suf, fim.mid)
