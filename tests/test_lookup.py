@@ -274,12 +274,12 @@ def test_auto_without_a_draft_model_uses_lookups_where_the_gate_says_they_pay(sm
     assert paid.text == ref.text
     assert paid.stats.lookup_drafted > 0 and "ngram" in paid.stats.ran
     assert paid.stats.target_calls < ref.stats.target_calls
-    # --explain now prints what the gate learned this session, per match length, priced on the curve
+    # --explain now prints what the gate learned this session, per match length and origin, priced on the curve
     said, gate = s.explain(cfg), s.costs.lookup
     assert "no lookup evidence yet" not in said and gate.trials
     for key, trials in gate.trials.items():
-        row = next(ln.split() for ln in said.splitlines() if ln.split()[:1] == [str(key[1])])
-        assert row[3] == f"{gate.accepted[key]:.0f}/{trials:.0f}" and row[4].startswith(("L=", "none"))
+        row = next(ln.split() for ln in said.splitlines() if ln.split()[:2] == [str(key[1]), key[2]])
+        assert row[4] == f"{gate.accepted[key]:.0f}/{trials:.0f}" and row[5].startswith(("L=", "none"))
 
 
 def test_auto_with_a_draft_model_picks_lookup_or_draft_per_iteration(smollm2_path, smollm2_q4_0_path,
