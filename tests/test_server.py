@@ -124,9 +124,14 @@ def small(pair):
     s.stop()
 
 
+def sdk_client(srv: ServerThread, api_key: str = "none", timeout: float = 120) -> openai.OpenAI:
+    """The openai SDK pointed at a test server (no retries: a failure shows at once)."""
+    return openai.OpenAI(base_url=srv.url + "/v1", api_key=api_key, max_retries=0, timeout=timeout)
+
+
 @pytest.fixture(scope="module")
 def client(srv) -> openai.OpenAI:
-    return openai.OpenAI(base_url=srv.url + "/v1", api_key=KEY, max_retries=0, timeout=120)
+    return sdk_client(srv, KEY)
 
 
 def extra(obj, name: str):

@@ -18,7 +18,7 @@ from localspec.config import GenConfig
 from localspec.server.app import ServerConfig, create_app
 from localspec.server.schema import Limits
 from tests.support.helpers import session
-from tests.test_server import ServerThread, error_of, post
+from tests.test_server import ServerThread, error_of, post, sdk_client
 
 TOL = 2e-3  # nats: batch-shape numerics (a verify pass vs one token, a chunk vs the whole prompt)
 ASK = [{"role": "user", "content": "Name three colours, comma separated."}]
@@ -36,7 +36,7 @@ def srv(smollm2_path: Path, smollm2_q4_0_path: Path):
 
 @pytest.fixture(scope="module")
 def client(srv) -> openai.OpenAI:
-    return openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=120)
+    return sdk_client(srv)
 
 
 def chat(client, method: str = "sd", extra_body: dict | None = None, **kw):

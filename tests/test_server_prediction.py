@@ -13,7 +13,7 @@ from localspec.config import GenConfig
 from localspec.server.app import ServerConfig, create_app
 from localspec.server.schema import Limits
 from tests.support.helpers import session
-from tests.test_server import ServerThread, error_of, post
+from tests.test_server import ServerThread, error_of, post, sdk_client
 
 ASK = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
 
@@ -28,7 +28,7 @@ def srv(smollm2_path: Path):
 
 @pytest.fixture(scope="module")
 def client(srv) -> openai.OpenAI:
-    return openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=120)
+    return sdk_client(srv)
 
 
 def chat(client: openai.OpenAI, **kw):

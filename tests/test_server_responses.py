@@ -17,7 +17,7 @@ import pytest
 from tests import test_server, test_server_messages
 from tests.support.agents_run import run_weather_agent
 from tests.support.helpers import session
-from tests.test_server import KEY, ServerThread, error_of
+from tests.test_server import KEY, ServerThread, error_of, sdk_client
 from tests.test_server_messages import named_events
 
 HAIKU = "Write a haiku about the sea."
@@ -39,7 +39,7 @@ def srv(smollm2_path, smollm2_q4_0_path):
 
 @pytest.fixture(scope="module")
 def client(srv) -> openai.OpenAI:
-    return openai.OpenAI(base_url=srv.url + "/v1", api_key=KEY, max_retries=0, timeout=120)
+    return sdk_client(srv, KEY)
 
 
 def raw_events(srv, body: dict) -> list[dict]:

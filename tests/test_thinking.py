@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import openai
 import pytest
 
 from localspec.config import GenConfig, SamplingConfig
@@ -314,13 +313,13 @@ def test_run_json_splits_reasoning_and_text(files, capsys):
 def test_server_reasoning_content(files):
     from localspec.server.app import ServerConfig, create_app
     from localspec.server.schema import Limits
-    from tests.test_server import ServerThread
+    from tests.test_server import ServerThread, sdk_client
 
     app = create_app(session(files.r1, files.draft),
                      ServerConfig(model_id="tiny", limits=Limits(cfg=GenConfig(method="sd", L=4, n_predict=16), n_ctx=2048)))
     srv = ServerThread(app)
     try:
-        c = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=60)
+        c = sdk_client(srv, "x", timeout=60)
         kw = dict(model="tiny", messages=HI, max_tokens=16, temperature=0, extra_body={"reasoning_budget": 5})
         r = c.chat.completions.create(**kw)
         msg = r.choices[0].message
