@@ -151,7 +151,5 @@ def build(turn: Turn, auto: CostModel | None = None) -> NgramDrafter:
 
 def turn_regions(turn: Turn) -> Regions:
     """The turn's regions: its prompt is what the target had committed when it started."""
-    fim = getattr(turn.target_model, "fim", None)
-    if fim is None:
-        return Regions(turn.answer_start)
+    fim = turn.target_model.fim
     return regions_of(turn.target.committed[: turn.answer_start], fim.suf, fim.mid)
