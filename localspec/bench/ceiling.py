@@ -160,7 +160,6 @@ def greedy_answers(model: str, kinds: list[str] | None, n_predict: int, threads:
     the split sets' `half` when given)."""
     from localspec.bench.runner import session_prompt
     from localspec.config import GenConfig
-    from localspec.events import Written
     from localspec.loading import open_session
     from localspec.session import SessionOptions
 
@@ -170,15 +169,19 @@ def greedy_answers(model: str, kinds: list[str] | None, n_predict: int, threads:
         for p in load_prompts(None, kinds, None, half):
             sp = session_prompt(p)
             prompt = sess.tokenize(sp if isinstance(sp, str) else sess.render(sp))
-            gen: list[int] = []
-            for ev in sess.generate(sp, GenConfig(method="ar", n_predict=n_predict)):
-                if isinstance(ev, Written):
-                    gen.extend(ev.tokens)
+            gen = answer_tokens(sess, sp, GenConfig(method="ar", n_predict=n_predict))
             out.append((p.id, prompt, gen))
             print(f"  {p.id}: {len(prompt)} prompt + {len(gen)} answer tokens", file=sys.stderr)
     finally:
         sess.close()
     return out
+
+
+def answer_tokens(sess, prompt, cfg) -> list[int]:
+    """The tokens the target writes for `prompt` under `cfg` (an `ar` config: its Written events)."""
+    from localspec.events import Written
+
+    return [t for ev in sess.generate(prompt, cfg) if isinstance(ev, Written) for t in ev.tokens]
 
 
 def parse_curve(spec: str) -> dict[int, float]:

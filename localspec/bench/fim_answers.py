@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 
+from localspec.bench.ceiling import answer_tokens
 from localspec.bench.fim_holes import cut_holes
 from localspec.bench.fim_rhythm import typed_points
 
@@ -22,7 +23,6 @@ def fim_answers(model: str, n_holes: int, n_predict: int, threads: int, half: st
     """([(request id, prompt tokens, answer tokens)], (the FIM suffix id, the middle id))
     for the `half` holes among the first `n_holes` bench fim cuts."""
     from localspec.config import GenConfig, SamplingConfig
-    from localspec.events import Accepted, Written
     from localspec.loading import open_session
     from localspec.session import FimInput, SessionOptions
 
@@ -37,10 +37,7 @@ def fim_answers(model: str, n_holes: int, n_predict: int, threads: int, half: st
                 prompt = sess.fim_prompt(fim, n_predict)
                 cfg = GenConfig(method="ar", n_predict=n_predict, sampling=SamplingConfig(temp=0.0),
                                 n_indent=hole.n_indent)
-                gen: list[int] = []
-                for ev in sess.generate(prompt, cfg):
-                    if isinstance(ev, (Written, Accepted)):
-                        gen.extend(ev.tokens)
+                gen = answer_tokens(sess, prompt, cfg)
                 out.append((f"{hole.id}@{typed}", prompt, gen))
                 print(f"  {hole.id} typed {typed}: {len(prompt)} prompt + {len(gen)} answer tokens", file=sys.stderr)
     finally:
