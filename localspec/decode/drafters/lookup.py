@@ -16,8 +16,8 @@ a few dict probes per iteration, never a scan.
 Where the continuation was found is part of the bet (`origin`): text the turn was given (the
 prompt: a file being re-quoted, the conversation so far) is copied far more faithfully than the
 answer's own earlier words (a list's repeated "- **", a sentence's shape). On the bench's tuning
-half a 2-token match continued right 88-95 % of the time from the prompt and 23-43 % from the
-answer, and chat's long matches all came from the answer (docs/performance.md#origin). A
+half a 2-token match continued right 89 % of the time from the prompt (62 % in chat) and 41 %
+from the answer, and chat's long matches all came from the answer (docs/performance.md#origin). A
 fill-in-the-middle prompt has two given texts that are different bets again: the code before
 the cursor (PREFIX) and after it (SUFFIX; `Regions`).
 """
