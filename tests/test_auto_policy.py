@@ -17,6 +17,7 @@ import pytest
 from localspec.backend.memory import Memory
 from localspec.config import GenConfig, SamplingConfig
 from localspec.costmodel import CostCurve, CostModel
+from localspec.costmodel.lookup import LOOKUP_LONG_L, LOOKUP_MAX_L
 from localspec.decode.drafters.base import MODEL, DrafterBase, Outcome
 from localspec.decode.drafters.lookup import NgramDrafter, Regions
 from localspec.decode.policy.auto import (
@@ -171,6 +172,27 @@ def test_a_prompt_match_and_an_answer_match_are_different_bets():
     turn.target.tokens = prompt + [1, 2, 3, 41, 42]  # 41 42 -> 43: the prompt's
     plan = policy.next()
     assert plan.role == "lookup" and plan.bet.key == ("ngram", 2, "prompt") and plan.settings.L >= 8
+
+
+def test_a_match_inside_a_long_copy_bets_past_sixteen_tokens():
+    """A match whose source agrees LONG_RUN tokens back (a quoted file being re-written) may
+    bet up to LOOKUP_LONG_L tokens, where the CPU curve makes 32 rows cost far less than 32
+    steps; the same key in a short match is held to LOOKUP_MAX_L."""
+    cpu = CostCurve([1, 8, 16, 32], [0.032, 0.233, 0.282, 0.466])  # Q4_K_M 1.5B, 2 threads
+    cm = CostModel(cpu, CostCurve([1], [0.0]))
+    quoted = list(range(100, 160))  # a 60-token file in the prompt
+    key = ("ngram", 8, "prompt")
+    # the answer re-writes the file's first 20 tokens: an 8-gram match 20 tokens into a copy
+    turn = make_turn(quoted + quoted[:20], cm)
+    policy = AutoPolicy(turn, cm, None, NgramDrafter(2, 8, Regions(len(quoted))), None)
+    for _ in range(50):
+        cm.lookup.update(key, 31, 31)
+    plan = policy.next()
+    assert plan.role == "lookup" and plan.bet.key == key and LOOKUP_MAX_L < plan.settings.L <= LOOKUP_LONG_L
+    # the same 8 tokens, but the answer came to them by another road: 9 tokens agree, not 12
+    turn.target.tokens = quoted + [1, 2, 3] + quoted[11:20]
+    plan = policy.next()
+    assert plan.role == "lookup" and plan.bet.key == key and 8 < plan.settings.L <= LOOKUP_MAX_L
 
 
 def test_no_draft_model_means_lookups_or_plain_steps():

@@ -150,7 +150,8 @@ def test_explain_prices_each_lookup_per_match_length() -> None:
     best_length's); a proposer with no evidence says so; a method other than auto says
     lookups are not gated there; no lookup named, no section."""
     from localspec.costmodel import explain
-    from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate
+    from localspec.costmodel.explain import _drafts
+    from localspec.costmodel.lookup import LOOKUP_LONG_L, LOOKUP_MAX_L, LookupGate
 
     cfg = GenConfig(method="auto", spec_type=("ngram", "suffix"))
     cfg.validate()
@@ -172,7 +173,11 @@ def test_explain_prices_each_lookup_per_match_length() -> None:
     assert rows["2"][5:7] == ["none", "(no"]  # a lookup that keeps failing does not pay on this curve
     L, gain = gate.best_length(steep, good, LOOKUP_MAX_L)
     assert L >= 8 and gain > 1.5 and rows["6"][1] == "prompt" and rows["6"][4] == "160/160"
-    assert " ".join(rows["6"][5:]) == f"L={L} (predicted {gain:.2f}x AR per lookup iteration)"
+    assert " ".join(rows["6"][5:]).startswith(f"L={L} (predicted {gain:.2f}x AR per lookup iteration")
+    # where 32 rows cost far less than twice 16 (a CPU's repacked kernels), a long copy bets longer
+    cheap32 = CostCurve([1, 2, 4, 8, 16, 32], [0.028, 0.047, 0.072, 0.127, 0.148, 0.200])
+    long_L, long_gain = gate.best_length(cheap32, good, LOOKUP_LONG_L)
+    assert long_L > LOOKUP_MAX_L and f"inside a copy of 12+ tokens L={long_L} ({long_gain:.2f}x)" in _drafts(gate, cheap32, good)
     assert any(ln.strip().startswith("suffix: no lookup evidence yet") and "-> L=" in ln for ln in lines)
     sd = GenConfig(method="sd", spec_type=("ngram", "draft"), L=6)
     sd.validate()

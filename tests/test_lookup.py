@@ -17,7 +17,14 @@ import pytest
 from localspec.config import GenConfig, SamplingConfig
 from localspec.decode.drafters.base import DrafterBase, DraftRequest
 from localspec.decode.drafters.combine import ChainDrafter
-from localspec.decode.drafters.lookup import NgramDrafter, NgramIndex, Regions, regions_of
+from localspec.decode.drafters.lookup import (
+    RUN_CAP,
+    NgramDrafter,
+    NgramIndex,
+    Regions,
+    agreement,
+    regions_of,
+)
 from localspec.errors import ConfigError
 
 CODE = ("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
@@ -37,6 +44,23 @@ def test_the_longest_latest_match_wins():
     assert idx.continuation(2) == ([5, 1], 4)
     idx.extend([4, 4])  # not an extension: a new history
     assert idx.history == [4, 4] and idx.continuation(5) == ([], 0)
+
+
+def test_a_match_knows_how_far_back_its_copy_agrees():
+    """`run`: how many tokens before the match's continuation agree with the history's tail,
+    beyond the n-gram matched (auto bets longer inside a long copy), capped at RUN_CAP."""
+    idx = NgramIndex(2, 4)
+    text = [50, 51, 52, 53, 54, 55, 56, 57]
+    idx.extend([*text, 9, *text[:6]])  # the answer re-writes 6 tokens of `text`
+    assert idx.continuation(2) == ([56, 57], 4) and idx.run == 6
+    idx.extend([*text, 9, 1, 54, 55])  # a 2-gram only: 53 != 1
+    assert idx.continuation(1) == ([56], 2) and idx.run == 2
+    long = list(range(100, 200))
+    idx.extend([*long, *long[:60]])
+    assert idx.continuation(1) == ([160], 4) and idx.run == RUN_CAP
+    assert agreement([1, 2, 3, 4], 3, [0, 2, 3], cap=1) == 1
+    idx.extend([1, 2, 3])  # no match: no run
+    assert idx.continuation(4) == ([], 0) and idx.run == 0
 
 
 def test_extending_equals_indexing_at_once():

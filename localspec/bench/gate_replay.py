@@ -16,12 +16,12 @@ from collections.abc import Callable
 from localspec import tools
 from localspec.bench.common import median
 from localspec.costmodel.curves import CostCurve
-from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate, gate_key
+from localspec.costmodel.lookup import LOOKUP_LONG_L, LookupGate, gate_key, lookup_limit
 from localspec.costmodel.priors import right_prefix
 
 
 def replay(prompt: list[int], gen: list[int], gate: LookupGate, cost: CostCurve, n_min: int, n_max: int,
-           l_max: int = LOOKUP_MAX_L, believed: CostCurve | None = None,
+           l_max: int = LOOKUP_LONG_L, believed: CostCurve | None = None,
            fim: tuple[int, int] = (-1, -1)) -> tuple[float, int, int]:
     """(seconds, target passes, drafted tokens) of auto's AR phase over one answer: at each
     position the lookup's match is priced by `gate` and drafted at its best length, or the
@@ -37,7 +37,10 @@ def replay(prompt: list[int], gen: list[int], gate: LookupGate, cost: CostCurve,
         index.extend(prompt + gen[:i])
         toks, matched = index.continuation(l_max)
         key = gate_key("ngram", matched, regions.origin(index.at))
-        L = gate.best_length(believed or cost, key, len(toks))[0] if toks else 0
+        # as auto: a long copy's match may bet up to LOOKUP_LONG_L, and a bet never runs
+        # past the answer's end (the engine caps a draft at the tokens left to write, + 1)
+        avail = min(len(toks), lookup_limit(index.run), len(gen) - i + 1)
+        L = gate.best_length(believed or cost, key, avail)[0] if toks else 0
         if L == 0:
             seconds += cost(1)
             passes += 1

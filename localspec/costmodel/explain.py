@@ -5,7 +5,7 @@ from __future__ import annotations
 from localspec.config import GenConfig
 from localspec.costmodel.acceptance import N_BINS, Acceptance
 from localspec.costmodel.curves import CostCurve
-from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate
+from localspec.costmodel.lookup import LONG_RUN, LOOKUP_LONG_L, LOOKUP_MAX_L, LookupGate
 from localspec.costmodel.predict import CostModel, dynamic_length, length_cap, per_draft_length
 from localspec.decode.drafters import registry
 
@@ -101,7 +101,12 @@ def _stack_line(gate: LookupGate | None, kind: str) -> list[str]:
 def _drafts(gate: LookupGate, target: CostCurve, key: tuple) -> str:
     """What the gate would draft for a match of this key, and the speedup it predicts."""
     L, gain = gate.best_length(target, key, LOOKUP_MAX_L)
-    return f"L={L} (predicted {gain:.2f}x AR per lookup iteration)" if L else "none (no length beats AR)"
+    if not L:
+        return "none (no length beats AR)"
+    long_L, long_gain = gate.best_length(target, key, LOOKUP_LONG_L)
+    inside = (f"; inside a copy of {LONG_RUN}+ tokens L={long_L} ({long_gain:.2f}x)"
+              if long_L > LOOKUP_MAX_L else "")
+    return f"L={L} (predicted {gain:.2f}x AR per lookup iteration{inside})"
 
 
 

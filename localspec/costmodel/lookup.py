@@ -26,6 +26,21 @@ EXPLORE = 0.4
 # the longest lookup draft auto asks for (the gate picks the length that pays most); here,
 # not in decode/policy/auto.py, so --explain prices what auto would draft with the same bound
 LOOKUP_MAX_L = 16
+# ... and for a match inside a long copy: its source agrees with the history LONG_RUN tokens
+# back or more (drafters/lookup.agreement). The gate's acceptance is one alpha per position
+# (geometric), fitted on positions up to 16 deep; inside a copy the far positions are right
+# far more often than that predicts (the tuning half: 2-token prompt matches right 69 % at
+# depth 1, 96-99 % from depth 8 on). A CPU verifies 32 tokens for ~15 steps' price (Q4_K_M
+# 1.5B, 2 threads: 16 tokens 282 ms, 32 tokens 466 ms, one 32 ms), so a long copy's long bet
+# pays; llama.cpp's ngram-simple drafts 48 after a 12-token match. 31 drafted + 1 = a batch
+# of 32, a size the cost curve times (docs/performance.md#long-copies).
+LONG_RUN = 12
+LOOKUP_LONG_L = 31
+
+
+def lookup_limit(run: int) -> int:
+    """The longest lookup draft the gate may price for a match whose source agrees `run` tokens back."""
+    return LOOKUP_LONG_L if run >= LONG_RUN else LOOKUP_MAX_L
 # a stack's gain starts at 0 tokens with this weight: auto stacks only once draft-model
 # iterations showed the lookup running past the draft (they teach it for free: decode/policy/stack.py)
 GAIN_PRIOR_TRIALS = 2.0

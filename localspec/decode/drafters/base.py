@@ -101,6 +101,7 @@ class DrafterBase:
     draft: KVState | None = None
     extra_drafts = 0
     matched = 0
+    run = 0  # a lookup's: how far back its match's source agrees with the history (long copies)
     origin = ""
 
     def propose(self, req: DraftRequest) -> DraftTrie | None:

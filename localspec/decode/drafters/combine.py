@@ -56,6 +56,11 @@ class ChainDrafter(DrafterBase):
         return self.last.matched
 
     @property
+    def run(self) -> int:  # type: ignore[override]
+        """How far back the last drafting lookup's match agrees (auto's long bets)."""
+        return self.last.run
+
+    @property
     def origin(self) -> str:  # type: ignore[override]
         """Where the last drafting lookup found its continuation."""
         return self.last.origin
@@ -109,6 +114,10 @@ class StackDrafter(DrafterBase):
     @property
     def matched(self) -> int:  # type: ignore[override]
         return self.lookup.matched
+
+    @property
+    def run(self) -> int:  # type: ignore[override]
+        return self.lookup.run
 
     @property
     def origin(self) -> str:  # type: ignore[override]

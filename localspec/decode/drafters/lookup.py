@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     from localspec.decode.turn import Turn
 
 
+RUN_CAP = 32  # how far back a match's agreement is measured (auto needs to know "long", not how long)
+
+
 @dataclass
 class NgramIndex:
     """Latest start of each n-gram of `history` that has a continuation."""
@@ -53,6 +56,7 @@ class NgramIndex:
     history: list[int] = field(default_factory=list)
     starts: dict[tuple[int, ...], int] = field(default_factory=dict)
     at: int = -1  # where the last match's continuation starts in `history` (-1: no match)
+    run: int = 0  # how far back (up to RUN_CAP) the last match's source agrees with the tail
 
     def extend(self, tokens: list[int]) -> None:
         """Make the index cover `tokens` (a new history unless it extends the old one)."""
@@ -83,9 +87,22 @@ class NgramIndex:
             s = self.starts.get(tuple(tail[-n:]))
             if s is not None and s + n < len(h):
                 self.at = s + n
+                self.run = agreement(h, s + n, tail)
                 return h[s + n : s + n + L], n
-        self.at = -1
+        self.at, self.run = -1, 0
         return [], 0
+
+
+def agreement(source: Sequence[int], end: int, tail: Sequence[int], cap: int = 0) -> int:
+    """How many tokens before source[end] agree with the end of `tail` (up to `cap`, RUN_CAP
+    by default): the length of the copy a match sits in. An n-gram index keys matches up to
+    n_max tokens; a copy in progress (a quoted file being re-written) agrees much further
+    back, and its continuation is right much further ahead (auto's long bets: costmodel/lookup.py)."""
+    cap = cap or RUN_CAP
+    k, top = 0, min(cap, end, len(tail))
+    while k < top and source[end - 1 - k] == tail[-1 - k]:
+        k += 1
+    return k
 
 
 
@@ -134,12 +151,14 @@ class NgramDrafter(DrafterBase):
     def __init__(self, n_min: int = 2, n_max: int = 4, regions: Regions | None = None) -> None:
         self.index = NgramIndex(n_min, n_max)
         self.matched = 0  # n-gram length of the last proposal (for the acceptance estimate)
+        self.run = 0  # how far back its source agrees with the history (NgramIndex.run)
         self.regions = regions  # where the turn's answer (and a FIM suffix) lie (None: not told)
         self.origin = ""
 
     def propose(self, req: DraftRequest) -> DraftTrie | None:
         self.index.extend(req.committed)
         toks, self.matched = self.index.continuation(req.L)
+        self.run = self.index.run
         self.origin = self.regions.origin(self.index.at) if self.regions is not None else ""
         return chain_trie(toks, self.name) if toks else None
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from localspec.decode.drafters.base import LOOKUP, DrafterBase, DraftRequest
-from localspec.decode.drafters.lookup import NgramIndex
+from localspec.decode.drafters.lookup import RUN_CAP, NgramIndex
 from localspec.decode.drafters.trie import DraftTrie, chain_trie
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ class PredictionDrafter(DrafterBase):
         self.index = NgramIndex(n_min, n_max)
         self.index.extend(prediction)
         self.matched = 0
+        self.run = 0
 
     def propose(self, req: DraftRequest) -> DraftTrie | None:
         toks, self.matched = self.continuation(req.committed, req.L)
@@ -55,8 +56,11 @@ class PredictionDrafter(DrafterBase):
         """(up to L predicted tokens, the match length they are priced as); ([], 0): none."""
         pred, k = self.prediction, len(committed) - self.n_prompt
         if 0 <= k < len(pred) and committed[self.n_prompt:] == pred[:k]:
+            self.run = min(k, RUN_CAP)  # the whole answer so far is the copy
             return pred[k : k + L], ALIGNED
-        return self.index.match(committed, L)
+        got = self.index.match(committed, L)
+        self.run = self.index.run
+        return got
 
 
 def build(turn: Turn, auto: CostModel | None = None) -> PredictionDrafter | None:

@@ -358,7 +358,7 @@ class SuffixDrafter(DrafterBase):
             self.store.sync(committed)
             d = self.store.speculate(committed, L, self.depth, self.min_prob, self.factor)
             self._last = (len(committed), committed[-1], L, d)
-        self.matched = d.match
+        self.matched = self.run = d.match
         if not d.tokens:
             return None
         n = min(L, len(d.tokens), len(d.probs))

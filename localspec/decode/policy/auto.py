@@ -16,7 +16,14 @@ from typing import NamedTuple
 
 from localspec.config import one_draft_verifier
 from localspec.costmodel import CostModel, dynamic_length, length_cap, per_draft_length
-from localspec.costmodel.lookup import LOOKUP_MAX_L, LookupGate, gate_key, hint_length
+from localspec.costmodel.lookup import (
+    LOOKUP_LONG_L,
+    LOOKUP_MAX_L,
+    LookupGate,
+    gate_key,
+    hint_length,
+    lookup_limit,
+)
 from localspec.decode.drafters import registry
 from localspec.decode.drafters.base import Drafter, DraftRequest, Outcome
 from localspec.decode.drafters.trie import GRAMMAR, PREDICTION
@@ -148,12 +155,12 @@ def lookup_bet(turn: Turn, cm: CostModel, lookup: Drafter | None, gate: LookupGa
     `explore`: price it on the gate's optimistic alpha (else its estimate)."""
     if lookup is None:
         return None
-    trie = lookup.propose(DraftRequest(turn.target.committed, 1, LOOKUP_MAX_L))
+    trie = lookup.propose(DraftRequest(turn.target.committed, 1, LOOKUP_LONG_L))
     if trie is None:
         return None
     key = gate_key(trie.source, lookup.matched, lookup.origin)
-    L, speedup = gate.best_length(cm.target, key, trie.L, explore=explore)
-    return Bet(L, speedup, key, [trie.nodes[i].token for i in trie.path[0]])
+    L, speedup = gate.best_length(cm.target, key, min(trie.L, lookup_limit(lookup.run)), explore=explore)
+    return Bet(L, speedup, key, [trie.nodes[i].token for i in trie.path[0][:LOOKUP_MAX_L]])
 
 
 class AutoPolicy:
