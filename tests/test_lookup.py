@@ -331,13 +331,14 @@ def test_auto_with_a_draft_model_picks_lookup_or_draft_per_iteration(smollm2_pat
 
 
 @pytest.mark.parametrize("arch", ["qwen35", "mamba2"])  # snapshot rollback; branch + catch-up
-def test_lookups_on_a_recurrent_target_keep_ar_text(tiny, arch):
+@pytest.mark.parametrize("L", [4, 24])  # 24: past the state's snapshots (auto's long-copy bets)
+def test_lookups_on_a_recurrent_target_keep_ar_text(tiny, arch, L):
     from tests.support.helpers import session
 
     s = session(tiny[arch])
     prompt = "one two three four five six seven one two three four five six seven one two"
     ref = list(s.generate(prompt, greedy("ar", n=40)))[-1]
-    done = list(s.generate(prompt, greedy("sd", n=40, L=4, spec_type=("ngram",))))[-1]
+    done = list(s.generate(prompt, greedy("sd", n=40, L=L, spec_type=("ngram",))))[-1]
     assert done.text == ref.text and done.stats.lookup_drafted > 0
 
 

@@ -21,7 +21,8 @@ import llama_cpp
 
 # recurrent-state snapshots per sequence (llama.cpp's n_rs_seq): a draft block of up to this
 # many tokens is rolled back in place after a partial acceptance. 16 is llama.cpp's default
-# draft n_max and the longest draft auto chooses; longer blocks take the branch path.
+# draft n_max and the longest draft auto chooses outside a long copy; longer blocks (auto's
+# bets inside a copy: up to 31, costmodel/lookup.LOOKUP_LONG_L) take the branch path.
 RS_SNAPSHOTS = 16
 
 
