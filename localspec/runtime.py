@@ -19,6 +19,7 @@ from localspec.backend import Context, Model
 from localspec.backend.chat import ChatTemplate
 from localspec.backend.fim import build_infill, fim_budget
 from localspec.backend.mtp import MtpHead
+from localspec.backend.prompt_tokens import LastTurn, fresh_tokens, plain_tokens, prompt_tokens
 from localspec.config import GenConfig
 from localspec.costmodel import CostModel
 from localspec.costmodel.session import SessionCosts, Ticket
@@ -70,7 +71,7 @@ class RuntimeSession:
         self._stop = StopFlag()
         # (prompt text or None for token/raw prompts, prompt tokens, generated tokens, answer)
         # of the last generation
-        self._last: tuple[str | None, list[int], list[int], str] | None = None
+        self._last: LastTurn | None = None
         # the cost model, its timing and the gate that keeps timing apart from generations
         self._costing = SessionCosts(self.target.ctx, self.draft.ctx if self.draft else None, options.recalibrate)
         self.progress: ProgressFn | None = None  # reports timing outside a generation (--explain)
@@ -155,7 +156,7 @@ class RuntimeSession:
         if not all(isinstance(m, Mapping) for m in items):
             raise ConfigError("a prompt is chat messages, token ids or text, not a mix")
         if not self.special_in_content:
-            return self._generate(self._plain_tokens(items, template_kwargs, prefill), cfg, None)
+            return self._generate(plain_tokens(self.target_model, self.template, items, template_kwargs, prefill), cfg, None)
         text = self.render(items, template_kwargs=template_kwargs) + prefill
         return self._generate(self._prompt_tokens(text), cfg, text)
 
@@ -185,8 +186,9 @@ class RuntimeSession:
         if all(isinstance(t, int) for t in items):
             return len(items)
         if not self.special_in_content:
-            return len(self._plain_tokens(items, template_kwargs, prefill))
-        return len(self._fresh_tokens(self.render(items, template_kwargs=template_kwargs) + prefill))
+            return len(plain_tokens(self.target_model, self.template, items, template_kwargs, prefill))
+        return len(fresh_tokens(self.target_model, self.template,
+                               self.render(items, template_kwargs=template_kwargs) + prefill))
 
     def render(self, messages: Sequence[Message], *, template_kwargs: Mapping[str, object] | None = None) -> str:
         return self.template.render([dict(m) for m in messages], add_generation_prompt=True, template_kwargs=template_kwargs)
@@ -281,39 +283,8 @@ class RuntimeSession:
                 self.messages.append({"role": "assistant", "content": text})
 
     def _prompt_tokens(self, prompt_text: str) -> list[int]:
-        """Tokens of a rendered prompt, reusing the previous generation's exact tokens.
-
-        Re-tokenizing the previous answer can give different ids than the ones generated
-        (tokenization is not unique), which would force re-evaluating it; so when the new
-        prompt text extends the previous prompt + answer (a chat client resending its
-        history), only the new suffix is tokenized. Otherwise the whole text is tokenized
-        and the KV cache still keeps the longest common token prefix (KVState.sync).
-        """
-        tm = self.target_model
-        if self._last is not None and self._last[0] is not None:
-            prev_text, prev_tokens, gen, answer = self._last
-            known = prev_text + answer
-            if answer and prompt_text.startswith(known) and tm.detokenize(gen) == answer:
-                return prev_tokens + gen + tm.tokenize(prompt_text[len(known) :], add_special=False)
-        return self._fresh_tokens(prompt_text)
-
-    def _fresh_tokens(self, prompt_text: str) -> list[int]:
-        """Tokens of a rendered prompt, tokenized whole (BOS added unless the template wrote it)."""
-        tm = self.target_model
-        add_bos = tm.add_bos and not (tm.bos >= 0 and prompt_text.startswith(self.template.bos_text or "\0"))
-        toks = tm.tokenize(prompt_text, add_special=False)
-        return ([tm.bos] if add_bos else []) + toks
-
-    def _plain_tokens(self, messages: Sequence[Message], template_kwargs: Mapping[str, object] | None,
-                      prefill: str) -> list[int]:
-        """Prompt tokens where the messages' text and the prefill are plain text (their
-        `<|im_start|>` is not the control token); the template's own markers still are."""
-        text, spans = self.template.render_marked([dict(m) for m in messages], template_kwargs)
-        spans.append((len(text), len(text) + len(prefill)))
-        text += prefill
-        tm = self.target_model
-        bos_in_text = tm.bos >= 0 and text.startswith(self.template.bos_text or "\0") and spans[0][0] > 0
-        return ([tm.bos] if tm.add_bos and not bos_in_text else []) + tm.tokenize_plain(text, spans)
+        """Tokens of a rendered prompt, reusing the previous turn's exact ones (prompt_tokens.py)."""
+        return prompt_tokens(self.target_model, self.template, prompt_text, self._last)
 
     def _suffix_store(self, cfg: GenConfig, tokens: list[int]) -> SuffixStore | SlotSuffix | None:
         """The session's suffix store when this turn may draft by it (made once; its bound
