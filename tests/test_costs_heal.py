@@ -46,6 +46,34 @@ def test_a_size_timed_low_is_raised_by_a_window_that_says_so() -> None:
     assert c(2) == pytest.approx(0.0117) and not c.stale
 
 
+def test_a_raised_size_is_tried_again_by_the_next_process() -> None:
+    """A window from a busier day raised 16 rows 1.4x (below CONTENTION: kept, saved).
+    auto then bet around the dear size and nothing lowered it again. Now a raised size is
+    priced at the curve's level until a process has seen it live twice: quiet samples lower
+    it for good, a raise that was real stands after those two."""
+    c = CostCurve([1, 8, 16, 17], [0.030, 0.200, 0.280, 0.320])
+    for _ in range(2):
+        c.observe(1, 0.028)
+        c.observe(8, 0.175)
+    for _ in range(8):
+        c.observe(16, 0.370)
+    assert c.healed[16] == pytest.approx(0.370) and c.raised == {16} and not c.contended
+    assert c(16) == pytest.approx(0.370)  # this process saw it: its own price
+    saved = json.loads(json.dumps(c.to_json()))
+    later = CostCurve.from_json(saved)
+    level = later.measured(16) * later.scale
+    assert later.raised == {16} and later(16) == pytest.approx(level) and level < 0.28
+    later.observe(16, 0.280)
+    later.observe(16, 0.275)  # quiet: the raise was the busy day's
+    assert later.healed[16] == pytest.approx(0.275) and not later.raised and later(16) == pytest.approx(0.275)
+    real = CostCurve.from_json(saved)
+    for _ in range(2):
+        real.observe(16, 0.372)  # the machine really is this slow at 16 rows
+    assert real(16) == pytest.approx(0.370) and real.raised == {16}
+    del saved["raised"]  # a file from before raises were recorded: sizes above the level
+    assert CostCurve.from_json(saved).raised == {16}
+
+
 def test_quiet_samples_lower_a_curve_at_once() -> None:
     c = CostCurve([1, 2, 4], [0.025, 0.030, 0.040])
     for s in (0.011, 0.010):

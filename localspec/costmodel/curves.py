@@ -19,6 +19,11 @@ nothing could lower it (issue 40): now nothing busy reaches the disk, a curve re
 older cache drops such entries, and auto re-tests a contended draft with a probe priced at
 the quiet prices (decode/policy/auto.py).
 
+A raise that is kept (below CONTENTION) is re-tested by every later process: a raised size
+is priced at the curve's level until the process has seen it live LOWER_AFTER times (then
+quiet samples lower it, or the raise stands). Before, auto avoided a size a busier day had
+priced high, so nothing sampled it again (`raised`).
+
 A lowering beyond REMEASURE_BOUND marks the curve stale (it was timed on a busy machine).
 A stale curve is not re-timed by itself: a re-timing inside a turn made every other request
 of a busy server wait seconds for it (issue 24), while healing already brings the sizes
@@ -92,6 +97,12 @@ class CostCurve:
     # its first live estimate sets it, whatever its size; contention is judged against prices
     # that were timed or healed, never against a guess (a 70x "rise" over a guess is news)
     prior: bool = field(default=False, compare=False)
+    # sizes whose quiet price a live window raised (saved): a raised size is priced at the
+    # curve's level until this process has seen it LOWER_AFTER times, so that it is tried
+    # again. Without that a raise from a busier day was never re-tested: auto avoided the
+    # size it priced high and nothing could lower it (the Q4 target's 16 rows held at 369 ms
+    # where they cost 282: every short lookup bet 15 rows at 330 ms instead of 16)
+    raised: set[int] = field(default_factory=set, compare=False)
 
     def measured(self, n: int) -> float:
         """The timed value at n (interpolated; proportional past the last size)."""
@@ -105,8 +116,11 @@ class CostCurve:
         return got if got is not None else self.measured(n) * self.scale
 
     def __call__(self, n: int) -> float:
-        """The price now: the contended one while the machine is busy, else the quiet one."""
+        """The price now: the contended one while the machine is busy, else the quiet one
+        (a raised size not yet seen live in this process: at the curve's level, `raised`)."""
         if not self.busy:
+            if n in self.raised and self.needs_samples(n):
+                return min(self.quiet(n), self.measured(n) * self.scale)
             return self.quiet(n)
         got = self.busy.get(n)
         return got if got is not None else self.quiet(n) * self.busy_scale
@@ -127,7 +141,7 @@ class CostCurve:
         w = self.live.setdefault(n, [])
         w.append(seconds)
         del w[:-WINDOW]
-        now = self(n)
+        now = self(n) if self.busy else self.quiet(n)  # a re-tested raise is judged on its own price
         est = None
         if len(w) >= LOWER_AFTER and min(w[-LOWER_AFTER:]) < now / 1.05:
             est = min(w[-LOWER_AFTER:])
@@ -152,6 +166,10 @@ class CostCurve:
 
     def _heal(self, n: int, est: float) -> None:
         """A quiet estimate of size n: kept (and saved), the level of the others follows."""
+        if est > self.quiet(n):
+            self.raised.add(n)
+        else:
+            self.raised.discard(n)
         self.healed[n] = est
         self.dirty = True
         self.prior = False
@@ -173,6 +191,7 @@ class CostCurve:
         follow what is left, and the curve is saved again without them."""
         for n in [n for n, v in self.healed.items() if busy(n, v)]:
             del self.healed[n]
+            self.raised.discard(n)
         self.scale = statistics.median(v / self.measured(m) for m, v in self.healed.items()) if self.healed else 1.0
         self.stale = any(self.measured(m) / v > REMEASURE_BOUND for m, v in self.healed.items())
         self.dirty = True
@@ -180,7 +199,7 @@ class CostCurve:
     def to_json(self) -> dict:
         """The quiet machine's curve: contended prices are never saved."""
         return {"sizes": self.sizes, "seconds": self.seconds, "healed": {str(k): v for k, v in self.healed.items()},
-                "scale": self.scale, "stale": self.stale}
+                "scale": self.scale, "stale": self.stale, "raised": sorted(self.raised)}
 
     @classmethod
     def from_json(cls, d: dict) -> CostCurve:
@@ -189,6 +208,10 @@ class CostCurve:
         c = cls([int(s) for s in d["sizes"]], [float(s) for s in d["seconds"]],
                 {int(k): float(v) for k, v in (d.get("healed") or {}).items()},
                 float(d.get("scale", 1.0)), bool(d.get("stale", False)))
+        if "raised" in d:
+            c.raised = {int(n) for n in d["raised"]} & set(c.healed)
+        else:  # a file from before raises were recorded: the sizes healed above the level
+            c.raised = {n for n, v in c.healed.items() if v > c.measured(n) * c.scale}
         if c.scale > CONTENTION or any(v > c.measured(n) * CONTENTION for n, v in c.healed.items()):
             c.forget(lambda n, v: v > c.measured(n) * CONTENTION)
         return c
