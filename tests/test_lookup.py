@@ -330,9 +330,10 @@ def test_auto_with_a_draft_model_picks_lookup_or_draft_per_iteration(smollm2_pat
     assert st.ran.startswith("sd") and " then ar" not in st.ran  # the draft model's phase throughout
 
 
-@pytest.mark.parametrize("arch", ["qwen35", "mamba2"])  # snapshot rollback; branch + catch-up
-@pytest.mark.parametrize("L", [4, 24])  # 24: past the state's snapshots (auto's long-copy bets)
-def test_lookups_on_a_recurrent_target_keep_ar_text(tiny, arch, L):
+# snapshot rollback; branch + catch-up; a sliding window of 8 tokens that a 24-token draft crosses
+@pytest.mark.parametrize("arch", ["qwen35", "mamba2", "gemma3"])
+@pytest.mark.parametrize("L", [4, 24])  # 24: past the state's snapshots and the window (auto's long-copy bets)
+def test_lookups_on_each_memory_kind_keep_ar_text(tiny, arch, L):
     from tests.support.helpers import session
 
     s = session(tiny[arch])
