@@ -58,7 +58,7 @@ def test_a_match_knows_how_far_back_its_copy_agrees():
     long = list(range(100, 200))
     idx.extend([*long, *long[:60]])
     assert idx.continuation(1) == ([160], 4) and idx.run == RUN_CAP
-    assert agreement([1, 2, 3, 4], 3, [0, 2, 3], cap=1) == 1
+    assert agreement([1, 2, 3, 4], 3, [0, 2, 3]) == 2 and agreement([1, 2, 3, 4], 3, [9]) == 0
     idx.extend([1, 2, 3])  # no match: no run
     assert idx.continuation(4) == ([], 0) and idx.run == 0
 

@@ -93,13 +93,12 @@ class NgramIndex:
         return [], 0
 
 
-def agreement(source: Sequence[int], end: int, tail: Sequence[int], cap: int = 0) -> int:
-    """How many tokens before source[end] agree with the end of `tail` (up to `cap`, RUN_CAP
-    by default): the length of the copy a match sits in. An n-gram index keys matches up to
+def agreement(source: Sequence[int], end: int, tail: Sequence[int]) -> int:
+    """How many tokens before source[end] agree with the end of `tail` (up to RUN_CAP): the
+    length of the copy a match sits in. An n-gram index keys matches up to
     n_max tokens; a copy in progress (a quoted file being re-written) agrees much further
     back, and its continuation is right much further ahead (auto's long bets: costmodel/lookup.py)."""
-    cap = cap or RUN_CAP
-    k, top = 0, min(cap, end, len(tail))
+    k, top = 0, min(RUN_CAP, end, len(tail))
     while k < top and source[end - 1 - k] == tail[-1 - k]:
         k += 1
     return k
