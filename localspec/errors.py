@@ -37,6 +37,11 @@ class ContextFullError(LocalspecError):
     """The prompt (or the conversation) does not fit in the context window."""
 
 
+class DecodeAborted(LocalspecError):
+    """A decode was stopped inside llama.cpp (Context.abortable): its last ubatch's positions
+    were removed from the memory, the earlier ones remain (what KVState.sync accounts for)."""
+
+
 class SeqOpError(LocalspecError):
     """llama.cpp refused a sequence operation the decoding state relies on (never ignored:
     going on would emit text that is not the target's)."""

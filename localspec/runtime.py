@@ -17,7 +17,7 @@ import numpy as np
 from localspec import costmodel
 from localspec.backend import Context, Model
 from localspec.backend.chat import ChatTemplate
-from localspec.backend.fim import build_infill, fim_budget
+from localspec.backend.fim import model_infill
 from localspec.backend.mtp import MtpHead
 from localspec.backend.prompt_tokens import LastTurn, fresh_tokens, plain_tokens, prompt_tokens
 from localspec.config import GenConfig
@@ -118,6 +118,11 @@ class RuntimeSession:
                 self.draft.reset()
             self._last = None
 
+    def prefetch(self, tokens: list[int], stop: StopFlag) -> int:
+        """A likely next prompt evaluated ahead (server/fim_prefetch.py; KVState.prefetch)."""
+        with self._costing.hold():
+            return self.target.prefetch(tokens, stop)
+
     def forget_lookups(self) -> None:
         self.suffix = None  # a turn in flight keeps its own reference; the next one starts empty
 
@@ -205,12 +210,8 @@ class RuntimeSession:
         return self.target_model.fim.suf, self.target_model.fim.mid
 
     def fim_prompt(self, fim: FimInput, n_predict: int) -> list[int]:
-        tm = self.target_model
-        tm.fim.require(self.target_name)
-        opts = self.options
-        return build_infill(tm.fim, lambda t: tm.tokenize(t, add_special=False, parse_special=False), fim,
-                            n_batch=fim_budget(opts.n_batch, opts.n_ctx), n_predict=n_predict, n_ctx=opts.n_ctx,
-                            bos=tm.bos if tm.add_bos and tm.bos >= 0 else None)
+        o = self.options
+        return model_infill(self.target_model, self.target_name, fim, n_batch=o.n_batch, n_ctx=o.n_ctx, n_predict=n_predict)
 
     @property
     def n_vocab(self) -> int:
@@ -249,12 +250,8 @@ class RuntimeSession:
 
     def memory_summary(self) -> str:
         """Each model's memory kind and what it allows (--explain, the TUI)."""
-        parts = []
-        for role, st in (("target", self.target), ("draft", self.draft)):
-            if st is not None:
-                snaps = f", {st.ctx.n_rs_seq} state snapshots" if st.memory.has_state else ""
-                parts.append(f"{role} {st.memory.value}{snaps} ({st.memory.allows()})")
-        return "; ".join(parts)
+        return "; ".join(f"{role} {st.describe()}" for role, st in (("target", self.target), ("draft", self.draft))
+                         if st is not None)
 
     @property
     def last_prompt_tokens(self) -> list[int]:

@@ -188,6 +188,12 @@ class Session(Protocol):
         `generate`. Raises LocalspecError for a model without FIM tokens."""
         ...
 
+    def prefetch(self, tokens: list[int], stop: StopFlag) -> int:
+        """Evaluate `tokens` (a prompt a request will likely send) into the cache, ending
+        between two small chunks once `stop` is set; returns the tokens evaluated. The next
+        `generate` reuses whatever prefix of them its prompt shares (nothing else changes)."""
+        ...
+
     def explain(self, cfg: GenConfig) -> str:
         """The cost model's table and choice for `cfg` (what `--explain` prints)."""
         ...

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import llama_cpp
 import numpy as np
@@ -22,7 +23,13 @@ from localspec.backend.devices import repack_on
 from localspec.backend.logs import raise_pending
 from localspec.backend.memory import RS_SNAPSHOTS, Memory
 from localspec.backend.model import Model
-from localspec.errors import ConfigError, ContextFullError, LocalspecError, SeqOpError
+from localspec.errors import (
+    ConfigError,
+    ContextFullError,
+    DecodeAborted,
+    LocalspecError,
+    SeqOpError,
+)
 from localspec.placement.load import LoadOptions
 
 
@@ -172,6 +179,8 @@ class Context:
             # a free measurement of what an n-token decode costs right now (the cost model
             # heals its curves from these)
             self.on_decode(b.n, time.perf_counter() - t0)
+        if rc == 2:
+            raise DecodeAborted(f"decode stopped on request ({self.model.name})")
         if rc == 1:
             raise ContextFullError(
                 f"the context of {self.n_ctx} tokens is full ({self.model.name}); start a new "
@@ -185,6 +194,20 @@ class Context:
         self._view = None
         if self.after_decode is not None:
             self.after_decode(b)
+
+    @contextmanager
+    def abortable(self, stop: Callable[[], bool]) -> Iterator[None]:
+        """Decodes inside stop within a graph node of `stop()` turning true (llama.cpp's abort
+        callback: DecodeAborted, the running ubatch's positions removed) instead of at the
+        end of the decode. For work nobody waits for (a prefetch): the callback takes the
+        GIL once per graph node, which costs nothing to an idle process."""
+        cb = llama_cpp.ggml_abort_callback(lambda _data: bool(stop()))
+        llama_cpp.llama_set_abort_callback(self.ptr, cb, None)
+        try:
+            yield
+        finally:
+            llama_cpp.llama_set_abort_callback(self.ptr, llama_cpp.ggml_abort_callback(), None)  # NULL: none
+            del cb
 
     def logits(self, row: int) -> np.ndarray:
         """Logits of output row `row` (the value Batch.add returned): a float32 view."""

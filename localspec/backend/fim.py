@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import llama_cpp
 
@@ -117,3 +118,13 @@ def build_infill(fim: FimTokens, tokenize: Tokenize, inp: FimInput, *, n_batch: 
         out.append(bos)
     return [*out, *first, *second, fim.mid]
 
+
+
+def model_infill(model: object, name: str, inp: FimInput, *, n_batch: int, n_ctx: int, n_predict: int) -> list[int]:
+    """`build_infill` with a loaded model's FIM tokens, plain-text tokenizer and BOS, budgeted
+    like llama-server (fim_budget); a model without FIM tokens raises FimUnsupportedError."""
+    m: Any = model
+    m.fim.require(name)
+    return build_infill(m.fim, lambda t: m.tokenize(t, add_special=False, parse_special=False), inp,
+                        n_batch=fim_budget(n_batch, n_ctx), n_predict=n_predict, n_ctx=n_ctx,
+                        bos=m.bos if m.add_bos and m.bos >= 0 else None)

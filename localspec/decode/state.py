@@ -31,7 +31,7 @@ import numpy as np
 
 from localspec.backend import Context
 from localspec.backend.memory import Memory
-from localspec.errors import ContextFullError, SeqOpError
+from localspec.errors import ContextFullError, DecodeAborted, SeqOpError
 from localspec.stopflag import StopFlag
 
 MAIN = 0  # main sequence id; drafts / PARSE cuts use 1..n_seq_max-1
@@ -40,6 +40,10 @@ SCORE_CHUNK = 64  # prompt positions per decode when every position's logits are
 # request, a client gone or Ctrl-C stops at the next chunk. 512 Q4 tokens take ~5.4 s on 2
 # cores, 128 ~1.4 s, at 2 % less prompt throughput (93 vs 95 tok/s: docs/performance.md#fim)
 STOP_CHUNK = 128
+# a prefetch (a guessed next prompt evaluated while the editor is idle: server/fim_prefetch.py)
+# that cannot be aborted inside a decode (a pool's slot: its decodes join other slots' rounds)
+# stops between chunks of 32 tokens (~0.45 s on 2 cores), at ~25 % less throughput than 128
+PREFETCH_CHUNK = 32
 BRANCH = 1  # the one draft sequence of a recurrent / hybrid model that cannot roll back
 
 
@@ -76,7 +80,7 @@ class KVState:
         return self.tokens + self.pending
 
     def sync(self, target: list[int], stop: StopFlag | None = None, *, reuse: int | None = None,
-             on_rows: Callable[[np.ndarray, int], None] | None = None) -> int:
+             on_rows: Callable[[np.ndarray, int], None] | None = None, chunk: int = STOP_CHUNK) -> int:
         """Make seq 0 hold target[:-1] with target[-1] pending, reusing the cached prefix.
 
         Returns the number of tokens evaluated (0 when the prefix was already cached): the
@@ -89,6 +93,7 @@ class KVState:
         of every evaluated position, chunk by chunk (row i is position pos + i), and at most
         `reuse` cached tokens are kept, so that the positions whose logits the caller lacks
         are evaluated again (the cache keeps the same tokens: prefix reuse is unchanged).
+        `chunk`: tokens per decode while `stop` may end the evaluation.
         """
         if not target:
             raise ValueError("empty prompt")
@@ -107,7 +112,7 @@ class KVState:
         if on_rows is not None:
             self.pending = [target[-1]]
             return self._sync_scored(todo, on_rows)
-        n_batch = self.ctx.n_batch if stop is None else min(self.ctx.n_batch, STOP_CHUNK)
+        n_batch = self.ctx.n_batch if stop is None else min(self.ctx.n_batch, chunk)
         for start in range(0, len(todo), n_batch):
             if stop is not None and stop.is_set():
                 self.pending = []
@@ -115,10 +120,28 @@ class KVState:
             chunk = todo[start : start + n_batch]
             b = self.ctx.batch.clear()
             b.add_sequence(chunk, len(self.tokens), MAIN, logits_last=False)
-            self.ctx.decode()
+            try:
+                self.ctx.decode()
+            except DecodeAborted:  # (Context.abortable) the ubatches before the stopped one remain
+                kept = chunk[: self.ctx.pos_max(MAIN) + 1 - len(self.tokens)]
+                self.tokens.extend(kept)
+                self.pending = []
+                return start + len(kept)
             self.tokens.extend(chunk)
         self.pending = [target[-1]]
         return len(todo)
+
+    def prefetch(self, target: list[int], stop: StopFlag) -> int:
+        """`sync` for a prompt nobody waits for yet (a guessed next request: the next turn
+        reuses what its prompt shares of it) that `stop` ends at once: inside a decode where
+        llama.cpp can drop the stopped ubatch (attention cells; a real context, not a pool's
+        slot, whose decodes join the other slots' rounds), else between PREFETCH_CHUNKs.
+        Exact either way: the cache holds real evaluations of real tokens."""
+        abortable = None if self.memory.has_state else getattr(self.ctx, "abortable", None)
+        if abortable is None:
+            return self.sync(target, stop, chunk=PREFETCH_CHUNK)
+        with abortable(stop.is_set):
+            return self.sync(target, stop, chunk=self.ctx.n_batch)
 
     def _sync_scored(self, todo: list[int], on_rows: Callable[[np.ndarray, int], None]) -> int:
         """Evaluate `todo` after the main sequence with logits at every position, in chunks
@@ -173,6 +196,11 @@ class KVState:
             self.ctx.seq_rm(MAIN, 0, -1)
         del self.tokens[keep:]
         self.scored = min(self.scored, keep)
+
+    def describe(self) -> str:
+        """The memory kind and what it allows (--explain, the TUI)."""
+        snaps = f", {self.ctx.n_rs_seq} state snapshots" if self.memory.has_state else ""
+        return f"{self.memory.value}{snaps} ({self.memory.allows()})"
 
     @property
     def drafts_per_pass(self) -> int:
