@@ -14,7 +14,9 @@ import httpx
 import pytest
 
 from localspec.config import GenConfig
+from localspec.decode.state import common_prefix
 from localspec.server.app import ServerConfig, create_app
+from localspec.server.fim_prefetch import next_request
 from localspec.server.schema import Limits
 from localspec.session import FimInput
 from tests.support.helpers import session
@@ -39,8 +41,18 @@ def server_cfg() -> GenConfig:
 @pytest.fixture(scope="module")
 def srv(qwen_draft_path: Path):
     sess = session(qwen_draft_path, n_ctx=2048, threads=2)
-    config = ServerConfig(model_id="qwen-0.5b", limits=Limits(cfg=server_cfg(), n_ctx=2048))
+    # no prefetch here: these tests use the session between requests (the prefetch tests' own server has it)
+    config = ServerConfig(model_id="qwen-0.5b", limits=Limits(cfg=server_cfg(), n_ctx=2048), prefetch=False)
     s = ServerThread(create_app(sess, config))
+    s.session = sess
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def srv_prefetch(qwen_draft_path: Path):
+    sess = session(qwen_draft_path, n_ctx=4096, threads=2)
+    s = ServerThread(create_app(sess, ServerConfig(model_id="qwen-0.5b", limits=Limits(cfg=server_cfg(), n_ctx=4096))))
     s.session = sess
     yield s
     s.stop()
@@ -210,3 +222,55 @@ def test_a_follow_up_request_drafts_the_previous_answer(srv) -> None:
     assert got["content"] == "".join(e.text for e in _done(srv.session.generate(prompt, cfg)))
     other = infill(srv, {**body, "input_prefix": LIST["input_prefix"] + "zzz"})  # typed what was not suggested
     assert "prediction" not in {s.get("proposer") for s in other["localspec"]["provenance"]}
+
+
+def _prefetch_state(srv, want: bool, timeout: float = 120) -> dict:
+    """Slot 0 of /slots once its `prefetching` is `want`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        slot = httpx.get(f"{srv.url}/slots", timeout=10).json()[0]
+        if slot["prefetching"] == want or time.monotonic() > deadline:
+            return slot
+        time.sleep(0.02)
+
+
+def test_the_suggestions_first_word_typed_finds_its_prompt_evaluated(srv_prefetch) -> None:
+    """While the editor is idle the server evaluates the request the user's typing the
+    suggestion's first word would bring (server/fim_prefetch.py): when it comes, nothing of
+    its prompt is left to evaluate, and the answer is the one a fresh evaluation gives."""
+    body = {**BODY, "n_predict": 16, "id_slot": 3}
+    first = infill(srv_prefetch, body)["content"]
+    guess = next_request(FimInput(BODY["input_prefix"], BODY["input_suffix"]), first)
+    assert guess is not None, first
+    before = _prefetch_state(srv_prefetch, False)["n_prefetched"]
+    assert before > 0  # the suffix after the guessed word, at least
+    got = infill(srv_prefetch, {**body, "input_prefix": guess.prefix})
+    assert got["timings"]["prompt_n"] == 0 and got["timings"]["cache_n"] == got["tokens_evaluated"], got["timings"]
+    cfg = server_cfg()
+    cfg.n_predict = 16
+    _prefetch_state(srv_prefetch, False)  # the guess this answer started: the session is the test's after it
+    prompt = srv_prefetch.session.fim_prompt(guess, 16)
+    assert got["content"] == "".join(e.text for e in _done(srv_prefetch.session.generate(prompt, cfg)))
+
+
+def test_a_request_stops_the_prefetch_and_a_wrong_guess_changes_nothing(srv_prefetch) -> None:
+    """A request that comes while a guess is evaluated stops it within a chunk, and when the
+    user typed something else its prompt is evaluated as if there had been no guess."""
+    big = [{"filename": f"mod{i}.py", "text": "".join(f"def f{i}_{j}(x):\n    return x * {j}\n" for j in range(60))}
+           for i in range(3)]
+    body = {**BODY, "input_suffix": BODY["input_suffix"] + big[0]["text"] * 2, "n_predict": 16, "id_slot": 4}
+    first = infill(srv_prefetch, body)["content"]
+    running = _prefetch_state(srv_prefetch, True)
+    assert running["prefetching"], running
+    # not what was suggested; one token asked: an answer with no word to guess from, no new prefetch
+    other = {**body, "input_prefix": BODY["input_prefix"] + "        zzz = 0\n", "n_predict": 1}
+    got = infill(srv_prefetch, other)
+    slot = _prefetch_state(srv_prefetch, False)
+    sess = srv_prefetch.session
+    guess = sess.fim_prompt(next_request(FimInput(body["input_prefix"], body["input_suffix"]), first), 16)
+    needed = len(guess) - 1 - common_prefix(sess.fim_prompt(FimInput(body["input_prefix"], body["input_suffix"]), 16), guess)
+    assert 0 <= slot["n_prefetched"] - running["n_prefetched"] < needed  # stopped, not finished
+    cfg = server_cfg()
+    cfg.n_predict = 1
+    prompt = sess.fim_prompt(FimInput(other["input_prefix"], other["input_suffix"]), 1)
+    assert got["content"] == "".join(e.text for e in _done(srv_prefetch.session.generate(prompt, cfg)))

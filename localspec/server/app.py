@@ -71,6 +71,7 @@ class ServerConfig:
     api_key: str | None = None
     max_queue: int = 16
     max_body: int = MAX_BODY
+    prefetch: bool = True  # FIM: evaluate the likely next prompt while idle (server/fim_prefetch.py)
     # Host names served (None: any) and web origins allowed (None: any); hosts.py builds
     # both from --host / --allowed-hosts / --cors. The defaults suit a loopback bind.
     allowed_hosts: frozenset[str] | None = LOOPBACK_NAMES
@@ -83,7 +84,7 @@ class ServerConfig:
 def create_app(session: Session, config: ServerConfig, pool: object = None) -> Starlette:
     """A Starlette app serving `session` (with `pool`, a localspec.pool.Pool, its N slots:
     `session` is then the pool's base); the slot threads live as long as the app runs."""
-    worker = Worker(session, config.max_queue, pool)
+    worker = Worker(session, config.max_queue, pool, config.prefetch)
     if not config.special_in_content:
         for s in (session, *worker.sessions):
             if not hasattr(s, "special_in_content"):

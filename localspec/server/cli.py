@@ -40,6 +40,9 @@ def register(sub) -> None:
                    "totals split evenly across the slots, as there")
     g.add_argument("--queue", type=int, default=16,
                    help="requests that may wait behind the running one; more get 429 + Retry-After")
+    g.add_argument("--no-prefetch", action="store_true",
+                   help="do not evaluate a FIM client's likely next prompt while idle (the suggestion's next word "
+                        "typed: its suffix is ready when the request comes; any request stops it within ~0.5 s)")
     g.add_argument("--alias", "-a", default=None, help="model id reported by /v1/models (default: the target's name)")
     g.add_argument("--max-body", type=int, default=4 * 1024 * 1024, help="largest request body in bytes (413 above)")
     g.add_argument("--drain", type=float, default=10.0,
@@ -189,7 +192,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
             pool.share_costs()
         config = ServerConfig(model_id=a.alias or model_id(target),
                               draft=model_id(draft) if draft else None, api_key=a.api_key or None,
-                              max_queue=a.queue, max_body=a.max_body,
+                              max_queue=a.queue, max_body=a.max_body, prefetch=not a.no_prefetch,
                               allowed_hosts=host_policy(a.host, a.allowed_hosts), cors=origin_policy(a.cors),
                               special_in_content=not a.no_special_in_content,
                               limits=Limits(cfg=cfg, n_ctx=per_slot.n_ctx or MAX_TOKENS,

@@ -30,9 +30,11 @@ from typing import Any
 
 from localspec.errors import LocalspecError
 from localspec.events import Accepted, Done, PromptLogprobs, Written
+from localspec.server.fim_prefetch import next_request
 from localspec.server.schema import GenRequest
 from localspec.server.thinking import splits, start
 from localspec.session import Session
+from localspec.stopflag import StopFlag
 
 log = logging.getLogger("localspec.server")
 
@@ -100,7 +102,7 @@ class Served:
 class Worker:
     """Owns the sessions; each slot runs one job at a time on its own thread."""
 
-    def __init__(self, session: Session, max_queue: int = 16, pool: Any = None) -> None:
+    def __init__(self, session: Session, max_queue: int = 16, pool: Any = None, prefetch: bool = True) -> None:
         self.session = session  # -np 1: the one slot; with a pool, its base (renders, metadata)
         self.pool = pool  # a localspec.pool.Pool, or None
         self.sessions: list[Session] = list(pool.slots) if pool is not None else [session]
@@ -122,6 +124,11 @@ class Worker:
         self._keys: list[str] = [""] * len(self.sessions)
         self._used: list[int] = [0] * len(self.sessions)  # when each slot last took a job (LRU)
         self._tick = 0
+        # an idle slot evaluates the prompt its FIM client will likely send next, until any
+        # job arrives (server/fim_prefetch.py); each running prefetch's stop flag, by slot
+        self.prefetch = prefetch
+        self._prefetching: dict[int, tuple[StopFlag, tuple]] = {}  # slot: (its stop, the request it guessed)
+        self.prefetched = [0] * len(self.sessions)  # tokens evaluated ahead of their request, by slot (/slots)
 
     # ------------------------------------------------------------------ event-loop side
     def start(self) -> None:
@@ -143,6 +150,8 @@ class Worker:
             self._jobs.put_nowait(job)
         except queue.Full:
             raise QueueFull(self.retry_after()) from None
+        if self._inbox is None:  # one slot: a request outranks its guess, unless it is that request
+            self._stop_prefetch(0, job)
 
     def cancel(self, job: Job) -> None:
         """The client went away: skip the job, or stop it within one iteration (thread-safe)."""
@@ -175,7 +184,7 @@ class Worker:
         out = []
         for i, job in enumerate(self._current):
             out.append({"id": i, "is_processing": job is not None, "job": job.id if job else None,
-                        "kind": job.req.kind if job else None})
+                        "kind": job.req.kind if job else None, "prefetching": i in self._prefetching, "n_prefetched": self.prefetched[i]})
         return out
 
     def drain(self, timeout: float) -> None:
@@ -203,6 +212,9 @@ class Worker:
 
     def _abort(self) -> None:
         self._closing = True
+        with self._lock:
+            for flag, _ in self._prefetching.values():
+                flag.set()
         while True:
             try:
                 job = self._jobs.get_nowait()
@@ -239,6 +251,7 @@ class Worker:
                 self._tick += 1
                 self._used[slot] = self._tick
             self._inbox[slot].put(job)
+            self._stop_prefetch(slot, job)  # a slot that guesses is idle: another request stops the guess
 
     def _run(self, slot: int) -> None:
         while True:
@@ -251,6 +264,7 @@ class Worker:
                 with self._idle:
                     self._free.add(slot)
                     self._idle.notify_all()
+            self._prefetch(slot, job)  # free meanwhile: the next job it is given stops it
 
     def _one(self, slot: int, job: Job) -> None:
         """Serve one job on `slot` (a cancelled one that never started is skipped)."""
@@ -260,6 +274,8 @@ class Worker:
             return
         with self._lock:
             self._current[slot] = job
+            for flag, _ in self._prefetching.values():  # guesses use an idle server only
+                flag.set()
         t0 = time.perf_counter()
         job.started = t0
         try:
@@ -270,6 +286,40 @@ class Worker:
                 self._current[slot] = None
             job.finished = True
             self._avg_seconds = 0.8 * self._avg_seconds + 0.2 * (time.perf_counter() - t0)
+
+    def _prefetch(self, slot: int, job: Job) -> None:
+        """After a FIM answer, while no job waits: evaluate the prompt of the client's likely
+        next request on this slot (server/fim_prefetch.py); any submitted job stops it."""
+        req = job.req
+        if not self.prefetch or req.fim is None or job.cancelled.is_set() or not job.answer or self._closing:
+            return
+        guess = next_request(req.fim, job.answer)
+        if guess is None:
+            return
+        session = self.sessions[slot]
+        flag = StopFlag()
+        with self._lock:  # (the dispatcher or submit() stop it under this lock once a job is handed over)
+            if self._closing or self.busy or not (self._jobs.empty() if self._inbox is None else self._inbox[slot].empty()):
+                return
+            self._prefetching[slot] = (flag, (guess, req.cfg.n_predict))
+        try:
+            tokens = session.fim_prompt(guess, req.cfg.n_predict)
+            with self.pool.active(slot) if self.pool is not None else nullcontext():
+                self.prefetched[slot] += session.prefetch(tokens, flag)
+        except Exception:  # a guess is never worth a failed slot: the next request re-evaluates
+            log.exception("prefetch failed")
+        finally:
+            with self._lock:
+                del self._prefetching[slot]
+
+    def _stop_prefetch(self, slot: int, job: Job) -> None:
+        """Stop `slot`'s guess at once, unless `job` is the request it guessed: then the
+        evaluation goes on (it is the job's own prompt, in the largest batches) and the job
+        finds it done."""
+        with self._lock:
+            flag, guessed = self._prefetching.get(slot, (None, None))
+            if flag is not None and guessed != (job.req.fim, job.req.cfg.n_predict):
+                flag.set()
 
     def _serve(self, job: Job, session: Session) -> None:
         req = job.req
