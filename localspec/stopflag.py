@@ -7,6 +7,7 @@ It lives at the bottom of the import graph (imports nothing of localspec) so tha
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 
 class StopFlag:
@@ -15,9 +16,21 @@ class StopFlag:
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._on_set: list[Callable[[], None]] = []
 
     def set(self) -> None:
         self._event.set()
+        for fn in list(self._on_set):
+            fn()
+
+    def on_set(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """Call `fn` when the flag is raised (now, if it is), from the raising thread: how a
+        stop reaches code that cannot poll (a decode inside llama.cpp: Context.abortable).
+        Returns the function that removes it."""
+        self._on_set.append(fn)
+        if self.is_set():
+            fn()
+        return lambda: self._on_set.remove(fn)
 
     def clear(self) -> None:
         self._event.clear()

@@ -140,8 +140,12 @@ class KVState:
         abortable = None if self.memory.has_state else getattr(self.ctx, "abortable", None)
         if abortable is None:
             return self.sync(target, stop, chunk=PREFETCH_CHUNK)
-        with abortable(stop.is_set):
-            return self.sync(target, stop, chunk=self.ctx.n_batch)
+        with abortable() as trip:
+            remove = stop.on_set(trip)
+            try:
+                return self.sync(target, stop, chunk=self.ctx.n_batch)
+            finally:
+                remove()
 
     def _sync_scored(self, todo: list[int], on_rows: Callable[[np.ndarray, int], None]) -> int:
         """Evaluate `todo` after the main sequence with logits at every position, in chunks
