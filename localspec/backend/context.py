@@ -211,8 +211,9 @@ class Context:
         makes the running one end with DecodeAborted (llama.cpp's abort callback; the stopped
         ubatch's positions removed, the earlier ones kept). The callback is libc's strlen on
         a two-byte buffer whose first byte the stop sets, so the compute thread never takes
-        the GIL (a Python callback would, once per graph node, and waits behind any thread
-        that holds it: a decode ran 10 % slower beside a thread waking every millisecond)."""
+        the GIL (a Python callback would, once per graph node, and would stall behind a
+        thread that holds it long; beside one waking every millisecond the two cost the same:
+        200 Q4 tokens in 2.23 s vs 2.36 s, plain 2.34 s)."""
         buf = ctypes.create_string_buffer(2)
         llama_cpp.llama_set_abort_callback(self.ptr, _strlen_callback(), buf)
         try:
