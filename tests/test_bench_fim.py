@@ -73,7 +73,7 @@ def test_bench_fim_smoke(qwen_draft_path: Path, tmp_path: Path) -> None:
     out = tmp_path / "fim.json"
     r = subprocess.run([sys.executable, "-m", "localspec.cli", "bench", "fim", "-m", str(qwen_draft_path), "-md", "",
                         "--method", "sd", "--localspec-args", "--spec-type ngram -L 8",
-                        "--servers", "localspec,localspec:ar", "--holes", "2", "--half", "all", "-n", "8", "-c", "2048",
+                        "--servers", "localspec,localspec:ar+no-prefetch", "--holes", "2", "--half", "all", "-n", "8", "-c", "2048",
                         "--typing", "1", "--keys", "1", "--rhythm", "2", "--words", "1",
                         "--out", str(out)], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr
@@ -84,7 +84,9 @@ def test_bench_fim_smoke(qwen_draft_path: Path, tmp_path: Path) -> None:
     for x in (row, ar):
         assert x["rhythm"]["requests"] == want and len(x["rhythm"]["cold"]) == want
         assert all(s["typed"] > 0 and s["latency"] > 0 for s in x["rhythm"]["warm"])
-    assert ar["typing"]["keystrokes"] == 2 and ar["server"] == "localspec:ar"
+    assert ar["typing"]["keystrokes"] == 2 and ar["server"] == "localspec:ar+no-prefetch"
+    assert "--no-prefetch" in ar["command"] and "--no-prefetch" not in row["command"]
+    assert row["rhythm"]["pause_ms_per_char"] == 150.0
     assert row["server"] == "localspec" and not row["skipped"] and row["holes"] == 2
     assert all(0 < s["tokens"] <= 8 and s["latency"] > 0 for s in row["samples"])
     assert row["typing"]["keystrokes"] == 2 and row["typing"]["superseded_tokens_mean"] < 8

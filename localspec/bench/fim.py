@@ -32,7 +32,7 @@ from typing import IO
 
 from localspec.bench.common import machine_info, write_json
 from localspec.bench.fim_holes import Hole, cut_holes
-from localspec.bench.fim_rhythm import Rhythm, sample, table_lines, typed_points
+from localspec.bench.fim_rhythm import run_rhythm, sample, table_lines, wait_idle
 from localspec.bench.peer import peer_tool
 from localspec.bench.serve import _free_port, _pct, _wait_ready, start_server, stop_server
 
@@ -141,6 +141,7 @@ def typing(port: int, holes: list[Hole], n_predict: int, interval: float, keys: 
 def server_cmd(server: str, a: argparse.Namespace, port: int) -> tuple[list[str] | None, str]:
     """(command, why not) for `localspec[:METHOD]` or `llama-server:SPEC_TYPE`."""
     t = str(a.threads)
+    server, *flags = server.split("+")  # localspec+no-prefetch: `serve --no-prefetch`
     if server.partition(":")[0].partition("=")[0] == "localspec":
         name, _, spec = server.partition("=")  # localspec:auto=ngram/suffix/draft: its own --spec-type
         method = name.partition(":")[2] or a.method
@@ -149,6 +150,7 @@ def server_cmd(server: str, a: argparse.Namespace, port: int) -> tuple[list[str]
         if a.draft and method != "ar":
             cmd += ["-md", a.draft]
         own = ["--spec-type", spec.replace("/", ",")] if spec else []
+        cmd += [f"--{f}" for f in flags]
         return cmd + (shlex.split(a.localspec_args) + own if method != "ar" else []), ""
     spec = server.partition(":")[2] or "none"
     binary = peer_tool("llama-server")
@@ -175,10 +177,14 @@ class Live:
 
 def interleaved(live: list[Live], ask: Callable[[Live], None]) -> None:
     """Ask each live server in turn (the same request, one at a time): a machine that drifts
-    (another job, heat) drifts for every server alike. A server that fails is dropped, why kept."""
+    (another job, heat) drifts for every server alike; the next is asked once a localspec server
+    is idle again (its prefetch of a guessed next request: server/fim_prefetch.py). A server
+    that fails is dropped, why kept."""
     for x in list(live):
         try:
             ask(x)
+            if x.row.server.startswith("localspec"):
+                wait_idle(x.port)
         except (RuntimeError, OSError) as e:
             x.row.skipped = str(e)
             live.remove(x)
@@ -205,14 +211,11 @@ def bench_servers(servers: list[str], a: argparse.Namespace, holes: list[Hole]) 
             except (RuntimeError, OSError) as e:
                 row.skipped = str(e)
         ready = [x for x in live if not x.row.skipped]
-        for h in holes:
+        for h in [] if a.rhythm_only else holes:
             interleaved(ready, lambda x, h=h: x.row.samples.append(ask_one(x.port, h, a.n_predict)))
         if a.rhythm > 0:
-            runs = {id(x): Rhythm(a.words) for x in ready}
-            for h in holes[: a.rhythm]:
-                points = typed_points(h.middle, a.words)
-                for typed in [0, *points] if points else []:
-                    interleaved(ready, lambda x, h=h, typed=typed: runs[id(x)].ask(post, x.port, h, typed, a.n_predict))
+            pause = 0.0 if a.no_pauses else a.interval_ms / 1e3
+            runs = run_rhythm(ready, holes[: a.rhythm], a.words, a.n_predict, pause, post)
             for x in ready:
                 x.row.rhythm = runs[id(x)].summary()
         for x in ready:
@@ -250,7 +253,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-md", "--draft", default="qwen2.5-coder-0.5b", help="draft model ('' for none)")
     p.add_argument("--servers", default=DEFAULT_SERVERS,
                    help="comma-separated: localspec (--method), localspec:METHOD (e.g. localspec:ar), localspec:METHOD=T1/T2 (with "
-                        "--spec-type T1,T2, e.g. localspec:auto=ngram/suffix/draft), llama-server:SPEC_TYPE (none, ngram-simple, ngram-map-k, "
+                        "--spec-type T1,T2, e.g. localspec:auto=ngram/suffix/draft), +FLAG after a localspec one for `serve --FLAG` "
+                        "(localspec+no-prefetch), llama-server:SPEC_TYPE (none, ngram-simple, ngram-map-k, "
                         "ngram-mod, ngram-cache, draft-simple)")
     p.add_argument("--holes", type=int, default=60, help="holes cut (both halves)")
     p.add_argument("--half", choices=("report", "tune", "all"), default="report",
@@ -266,8 +270,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keys", type=int, default=6, help="keystrokes typed per hole")
     p.add_argument("--rhythm", type=int, default=0,
                    help="holes of the editor rhythm (every server): asked at the cursor, then after each typed word")
+    p.add_argument("--rhythm-only", action="store_true", help="skip the holes' one-request latencies (the rhythm's cold requests remain)")
     p.add_argument("--words", type=int, default=3, help="words typed per rhythm hole (a request after each)")
-    p.add_argument("--interval-ms", type=float, default=150.0, help="time between keystrokes")
+    p.add_argument("--interval-ms", type=float, default=150.0,
+                   help="time between keystrokes (the typing simulation's; the rhythm waits as long per typed character)")
+    p.add_argument("--no-pauses", action="store_true",
+                   help="rhythm: send each warm request the moment the answer before it came (no typing time)")
     p.add_argument("--startup-timeout", type=float, default=600.0)
     p.add_argument("--out", default=None, help="write the results as JSON here")
 
@@ -279,7 +287,8 @@ def main(a: argparse.Namespace) -> int:
     if a.holes < 1 or a.n_predict < 1 or a.keys < 0 or a.interval_ms <= 0 or a.rhythm < 0 or a.words < 1:
         raise ConfigError("--holes, -n and --words must be >= 1, --keys and --rhythm >= 0, --interval-ms > 0")
     servers = [s.strip() for s in a.servers.split(",") if s.strip()]
-    bad = [s for s in servers if s.partition(":")[0].partition("=")[0] not in ("localspec", "llama-server")]
+    bad = [s for s in servers if s.partition("+")[0].partition(":")[0].partition("=")[0] not in ("localspec", "llama-server")
+           or ("+" in s and not s.startswith("localspec"))]
     if bad:
         raise ConfigError(f"--servers: unknown {', '.join(bad)} (localspec[:METHOD], llama-server:SPEC_TYPE)")
     holes = [h for h in cut_holes(a.holes, a.seed) if a.half in ("all", h.half)]

@@ -12,11 +12,22 @@ cannot. Each hole is asked at the cursor (`cold`, not in the figures), then agai
 of the first `words` words of its middle is typed (`warm`): latency p50 / p95 of the warm
 requests as the client sees them, and whether each answer is exactly the rest of the middle.
 Requests are sequential (the user paused); superseding is the typing simulation's job.
+
+Between two requests the user types: a warm request is sent `pause` seconds per character
+typed since the one before (the typing simulation's keystroke interval, 150 ms by default),
+after its predecessor's answer. A server may use that time (localspec evaluates the prompt
+the suggestion's next word would bring: server/fim_prefetch.py); so each server takes a
+hole's requests on its own, and the next server starts only when this one is idle again
+(/slots: no prefetch running), in an order that turns with every hole (a drifting machine
+drifts for all). `pause` 0 is the rhythm of stop 47-48's runs: no time between requests.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import re
+import time
 from collections.abc import Callable
 
 from localspec.bench.fim_holes import Hole
@@ -45,11 +56,53 @@ def sample(hole: Hole, typed: int, got: dict, latency: float) -> dict:
             "ran": got.get("localspec", {}).get("ran"), "content": content}
 
 
+def wait_idle(port: int, timeout: float = 120.0) -> None:
+    """Until no slot of a localspec server at `port` evaluates a guessed prompt (so that no
+    server's background work overlaps another's requests)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            c.request("GET", "/slots")
+            slots = json.loads(c.getresponse().read())
+        finally:
+            c.close()
+        if not any(s.get("prefetching") for s in slots):
+            return
+        time.sleep(0.05)
+
+
+def run_rhythm(servers: list, holes: list[Hole], words: int, n_predict: int, pause: float, post: Post) -> dict[int, Rhythm]:
+    """Each hole's cold and warm requests, server by server (`servers`: bench fim's Live
+    records), the order turned by one with every hole; a warm request `pause` s per typed
+    character after the answer before it. A server that fails is marked skipped, why kept."""
+    runs = {id(x): Rhythm(words, pause) for x in servers}
+    for i, h in enumerate(holes):
+        points = typed_points(h.middle, words)
+        if not points:
+            continue
+        for x in servers[i % len(servers):] + servers[: i % len(servers)]:
+            if x.row.skipped:
+                continue
+            try:
+                before = 0
+                for typed in [0, *points]:
+                    time.sleep(pause * (typed - before))
+                    runs[id(x)].ask(post, x.port, h, typed, n_predict)
+                    before = typed
+                if x.row.server.startswith("localspec"):
+                    wait_idle(x.port)
+            except (RuntimeError, OSError) as e:
+                x.row.skipped = str(e)
+    return runs
+
+
 class Rhythm:
     """One server's rhythm: each hole asked at the cursor (`cold`), then after each typed word."""
 
-    def __init__(self, words: int) -> None:
+    def __init__(self, words: int, pause: float = 0.0) -> None:
         self.words = words
+        self.pause = pause
         self.cold: list[dict] = []
         self.warm: list[dict] = []
 
@@ -60,7 +113,7 @@ class Rhythm:
 
     def summary(self) -> dict:
         lat = [s["latency"] for s in self.warm]
-        return {"holes": len(self.cold), "requests": len(self.warm), "words": self.words,
+        return {"holes": len(self.cold), "requests": len(self.warm), "words": self.words, "pause_ms_per_char": self.pause * 1e3,
                 "warm_p50_ms": _pct(lat, 0.5) * 1e3, "warm_p95_ms": _pct(lat, 0.95) * 1e3,
                 "cold_p50_ms": _pct([s["latency"] for s in self.cold], 0.5) * 1e3,
                 "exact": sum(s["exact"] for s in self.warm) / len(self.warm) if self.warm else 0.0,
