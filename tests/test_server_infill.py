@@ -274,3 +274,29 @@ def test_a_request_stops_the_prefetch_and_a_wrong_guess_changes_nothing(srv_pref
     cfg.n_predict = 1
     prompt = sess.fim_prompt(FimInput(other["input_prefix"], other["input_suffix"]), 1)
     assert got["content"] == "".join(e.text for e in _done(srv_prefetch.session.generate(prompt, cfg)))
+
+
+def test_with_two_slots_the_guessed_request_finds_its_prompt_evaluated(qwen_draft_path: Path) -> None:
+    """`-np 2`: the guess runs on the slot that answered (between 32-token chunks: a pool
+    slot's decodes join the others'), and the request it guessed is dispatched there."""
+    from localspec.pool import Pool
+
+    base = session(qwen_draft_path, n_ctx=8192, n_seq_max=16, threads=2)
+    pool = Pool(base, 2)
+    s = ServerThread(create_app(base, ServerConfig(model_id="qwen-0.5b",
+                                                   limits=Limits(cfg=server_cfg(), n_ctx=4096, n_seq_max=8)), pool))
+    try:
+        body = {**BODY, "n_predict": 16}
+        first = infill(s, body)["content"]
+        guess = next_request(FimInput(BODY["input_prefix"], BODY["input_suffix"]), first)
+        assert guess is not None, first
+        slots = httpx.get(f"{s.url}/slots", timeout=10).json()
+        deadline = time.monotonic() + 120
+        while any(x["prefetching"] for x in slots) and time.monotonic() < deadline:
+            time.sleep(0.02)
+            slots = httpx.get(f"{s.url}/slots", timeout=10).json()
+        assert sum(x["n_prefetched"] for x in slots) > 0, slots
+        got = infill(s, {**body, "input_prefix": guess.prefix})
+        assert got["timings"]["prompt_n"] == 0, got["timings"]
+    finally:
+        s.stop()

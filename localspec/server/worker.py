@@ -306,6 +306,8 @@ class Worker:
             tokens = session.fim_prompt(guess, req.cfg.n_predict)
             with self.pool.active(slot) if self.pool is not None else nullcontext():
                 self.prefetched[slot] += session.prefetch(tokens, flag)
+        except LocalspecError as e:  # (a guess past the context): the next request evaluates its own
+            log.info("no prefetch: %s", e)
         except Exception:  # a guess is never worth a failed slot: the next request re-evaluates
             log.exception("prefetch failed")
         finally:
