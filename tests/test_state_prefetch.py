@@ -8,6 +8,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from localspec.config import GenConfig
 from localspec.events import Done
 from localspec.stopflag import StopFlag
@@ -46,6 +48,52 @@ def test_a_stopped_prefetch_leaves_an_exact_cache(smollm2_path: Path) -> None:
         real = words[:1700] + sess.tokenize(" total = 0;")  # the user typed something else
         assert _answer(sess, real) == _answer(fresh, real)
         assert _answer(sess, guess) == _answer(fresh, guess)
+    finally:
+        sess.close()
+        fresh.close()
+
+
+class AfterFirstDecode:
+    """A stop raised after the prefetch's first decode: inside the next one where a decode
+    can be stopped (the loop never sees it set: only llama.cpp's abort callback ends that
+    decode), between chunks where it cannot (recurrent states)."""
+
+    def __init__(self) -> None:
+        self.trips: list = []
+        self.raised = False
+
+    def on_set(self, fn):
+        self.trips.append(fn)
+        return lambda: None
+
+    def is_set(self) -> bool:
+        return self.raised and not self.trips
+
+    def hit(self, _batch=None) -> None:
+        self.raised = True
+        for fn in self.trips:
+            fn()
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "mamba2", "gemma3"])  # hybrid, recurrent, sliding window
+def test_a_prefetch_stopped_after_its_first_decode_keeps_ar_text_on_each_memory_kind(tiny, arch) -> None:
+    """Stopped after its first decode, then a prompt that leaves the guess: the same text as
+    a fresh session (the sliding window's stop aborts a decode inside llama.cpp)."""
+    sess, fresh = session(tiny[arch]), session(tiny[arch])
+    try:
+        words = sess.tokenize(" ".join(f"w{i % 97} v{i % 13}" for i in range(500)))[:1100]
+        stop = AfterFirstDecode()
+        ctx = sess.target.ctx
+        before, ctx.after_decode = ctx.after_decode, stop.hit
+        try:
+            n = sess.prefetch(words, stop)  # type: ignore[arg-type]
+        finally:
+            ctx.after_decode = before
+        assert 0 < n < len(words) - 1 and n == len(sess.target.tokens), (n, len(sess.target.tokens))
+        assert bool(stop.trips) == (arch == "gemma3")  # the abort callback where a decode can be stopped
+        assert n == (ctx.n_batch if stop.trips else 32)  # the aborted decode's ubatch dropped / one chunk
+        real = words[:900] + sess.tokenize(" total = 0;")
+        assert _answer(sess, real) == _answer(fresh, real)
     finally:
         sess.close()
         fresh.close()
