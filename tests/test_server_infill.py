@@ -224,6 +224,17 @@ def test_a_follow_up_request_drafts_the_previous_answer(srv) -> None:
     assert "prediction" not in {s.get("proposer") for s in other["localspec"]["provenance"]}
 
 
+def _prefetch_done(srv, before: int, timeout: float = 120) -> dict:
+    """Slot 0 of /slots once a prefetch begun after `before` tokens prefetched has ended
+    (not merely "not prefetching": the guess starts a moment after the answer is sent)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        slot = httpx.get(f"{srv.url}/slots", timeout=10).json()[0]
+        if (slot["n_prefetched"] > before and not slot["prefetching"]) or time.monotonic() > deadline:
+            return slot
+        time.sleep(0.02)
+
+
 def _prefetch_state(srv, want: bool, timeout: float = 120) -> dict:
     """Slot 0 of /slots once its `prefetching` is `want`."""
     deadline = time.monotonic() + timeout
@@ -239,16 +250,19 @@ def test_the_suggestions_first_word_typed_finds_its_prompt_evaluated(srv_prefetc
     suggestion's first word would bring (server/fim_prefetch.py): when it comes, nothing of
     its prompt is left to evaluate, and the answer is the one a fresh evaluation gives."""
     body = {**BODY, "n_predict": 16, "id_slot": 3}
+    start = _prefetch_state(srv_prefetch, False)["n_prefetched"]
     first = infill(srv_prefetch, body)["content"]
     guess = next_request(FimInput(BODY["input_prefix"], BODY["input_suffix"]), first)
     assert guess is not None, first
-    before = _prefetch_state(srv_prefetch, False)["n_prefetched"]
-    assert before > 0  # the suffix after the guessed word, at least
+    assert _prefetch_done(srv_prefetch, start)["n_prefetched"] > start  # the suffix after the guessed word, at least
+    mid = _prefetch_state(srv_prefetch, False)["n_prefetched"]
     got = infill(srv_prefetch, {**body, "input_prefix": guess.prefix})
     assert got["timings"]["prompt_n"] == 0 and got["timings"]["cache_n"] == got["tokens_evaluated"], got["timings"]
     cfg = server_cfg()
     cfg.n_predict = 16
-    _prefetch_state(srv_prefetch, False)  # the guess this answer started: the session is the test's after it
+    if next_request(guess, got["content"]) is not None:  # the guess this answer starts: the session is ours after it
+        _prefetch_done(srv_prefetch, mid)
+    srv_prefetch.session.reset()  # a fresh evaluation
     prompt = srv_prefetch.session.fim_prompt(guess, 16)
     assert got["content"] == "".join(e.text for e in _done(srv_prefetch.session.generate(prompt, cfg)))
 
@@ -300,3 +314,19 @@ def test_with_two_slots_the_guessed_request_finds_its_prompt_evaluated(qwen_draf
         assert got["timings"]["prompt_n"] == 0, got["timings"]
     finally:
         s.stop()
+
+
+def test_the_openai_sdk_suffix_request_is_prefetched_too(srv_prefetch) -> None:
+    """OpenAI's insert mode (/v1/completions with `suffix`) through the real `openai` client:
+    the request the first word of its answer brings finds its prompt evaluated."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"{srv_prefetch.url}/v1", api_key="none", max_retries=0)
+    ask = {"model": "qwen-0.5b", "suffix": BODY["input_suffix"], "max_tokens": 16, "temperature": 0}
+    start = _prefetch_state(srv_prefetch, False)["n_prefetched"]
+    first = client.completions.create(prompt=BODY["input_prefix"], **ask).choices[0].text
+    guess = next_request(FimInput(BODY["input_prefix"], BODY["input_suffix"]), first)
+    assert guess is not None, first
+    _prefetch_done(srv_prefetch, start)
+    got = client.completions.create(prompt=guess.prefix, **ask)
+    assert got.model_extra["timings"]["prompt_n"] == 0, got.model_extra["timings"]
