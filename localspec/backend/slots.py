@@ -194,6 +194,10 @@ class Rounds:
 class SlotContext:
     """One slot's view of a shared Context (see the module docstring)."""
 
+    # no Context.abortable: a slot's decode joins the other slots' in one round, which an
+    # abort would end for all of them (KVState.prefetch then stops between chunks instead)
+    abortable = None
+
     def __init__(self, real: Context, rounds: Rounds, index: int, n_slots: int, priority: int = 0) -> None:
         if real.n_seq_max // n_slots < 1:
             # a stateful model's context holds 2 sequences per slot (Context's n_slots)

@@ -137,7 +137,7 @@ class KVState:
         llama.cpp can drop the stopped ubatch (attention cells; a real context, not a pool's
         slot, whose decodes join the other slots' rounds), else between PREFETCH_CHUNKs.
         Exact either way: the cache holds real evaluations of real tokens."""
-        abortable = None if self.memory.has_state else getattr(self.ctx, "abortable", None)
+        abortable = None if self.memory.has_state else self.ctx.abortable  # (None on a pool's SlotContext)
         if abortable is None:
             return self.sync(target, stop, chunk=PREFETCH_CHUNK)
         with abortable() as trip:

@@ -11,7 +11,9 @@ through `loop.call_soon_threadsafe`. A full queue is refused at once (429), a ca
 not started, generates nothing if its client left while its prompt was being prepared
 (rendered and tokenized, bounded by the request's size, server/bounds.py; the evaluation
 itself stops at the next batch: KVState.sync), and is stopped within one decoding iteration
-if it is generating (`Session.stop` on its slot's session).
+if it is generating (`Session.stop` on its slot's session). After a FIM answer an idle
+server evaluates the client's likely next prompt (`_prefetch`, server/fim_prefetch.py) until
+a request arrives that is not the one guessed.
 """
 
 from __future__ import annotations
