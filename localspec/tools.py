@@ -14,7 +14,7 @@ loads until it is called); nothing that a Session method already answers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -131,6 +131,14 @@ def constraint_costs(sess: Any, spec: Any, prompt: list[int], answer: list[int],
     return iteration_costs(sess.target_model, spec, prompt, answer, L, sampling, sess.options.threads)
 
 
+def forced_runs(sess: Any, spec: Any, answer: list[int]) -> list[int]:
+    """Per answer position, how many tokens from there the grammar forces and the answer
+    goes on with (decode/constraint_cost.forced_runs): `bench ceiling` on a constrained set."""
+    from localspec.decode.constraint_cost import forced_runs as runs
+
+    return runs(sess.target_model, spec, answer)
+
+
 # ------------------------------------------------------------------ PARSE calibration
 def parse_probe(sess: Any) -> Probe:
     """The judge probe on a loaded pair (decode/parse/probe.py): what `bench parse
@@ -171,12 +179,30 @@ def suffix_proposer(store: Continuations, depth: int, min_prob: float, factor: f
     return SuffixDrafter(store, depth, min_prob, factor)
 
 
-def ngram_index(n_min: int, n_max: int) -> NgramIndex:
+def ngram_index(n_min: int, n_max: int, barrier: Container[int] = frozenset()) -> NgramIndex:
     """An empty n-gram index (decode/drafters/lookup.NgramIndex): `bench ceiling` replays the `ngram`
-    proposer's drafts with it, the same lookups a session's turns make."""
+    proposer's drafts with it, the same lookups a session's turns make (with the session's
+    `lookup_barrier`)."""
     from localspec.decode.drafters.lookup import NgramIndex
 
-    return NgramIndex(n_min, n_max)
+    return NgramIndex(n_min, n_max, barrier=barrier)
+
+
+def lookup_barrier(sess: Any) -> Container[int]:
+    """The tokens a session's lookups stop before: its target's control and end-of-generation ids."""
+    return sess.target_model.control_ids
+
+
+def model_barrier(path: Path, tokens: Iterable[int]) -> frozenset[int]:
+    """Which of `tokens` a session's lookups stop before (lookup_barrier), read from a model
+    file without a session: `bench priors` on saved answers passes every token they hold."""
+    from localspec.backend.model import Model
+
+    model = Model(path)
+    try:
+        return frozenset(t for t in set(tokens) if model.is_control(t))
+    finally:
+        model.close()
 
 
 def lookup_regions(prompt: Sequence[int], suf: int = -1, mid: int = -1) -> Regions:
@@ -201,3 +227,23 @@ def draft_agreement(path: Path, texts: list[tuple[list[int], list[int]]], thread
     from localspec.decode.agreement import draft_agreement as agree
 
     return agree(path, texts, threads, n_batch)
+
+
+def verify_curve(path: Path, threads: int, sizes: Sequence[int], reps: int = 5) -> dict[int, float]:
+    """{n: seconds} of one target decode of n tokens with every row's logits, after 64 tokens
+    of context (the cost model's own timing, costmodel/curves.measure): what a verification
+    of n - 1 drafted tokens pays, where llama-bench's pp reads one row's logits only."""
+    from localspec.backend.context import Context
+    from localspec.backend.model import Model
+    from localspec.costmodel.curves import measure
+
+    model = Model(path)
+    try:
+        ctx = Context(model, n_ctx=512, n_batch=max(64, *sizes), n_seq_max=1, threads=threads)
+        try:
+            curve = measure(ctx, tuple(sorted(sizes)), reps=reps)
+        finally:
+            ctx.close()
+    finally:
+        model.close()
+    return {n: curve.measured(n) for n in curve.sizes}

@@ -63,6 +63,38 @@ def test_a_match_knows_how_far_back_its_copy_agrees():
     assert idx.continuation(4) == ([], 0) and idx.run == 0
 
 
+def test_a_lookup_stops_before_a_control_token():
+    """A continuation never crosses the barrier (the model's control and end-of-generation
+    tokens): a prompt's last lines go on into the chat template's end-of-turn marker, which an
+    answer never writes there. A match whose continuation starts with one is no match, and a
+    shorter match elsewhere is tried."""
+    idx = NgramIndex(2, 4, barrier=frozenset({99}))
+    idx.extend([1, 2, 3, 4, 99, 5, 1, 2])
+    assert idx.continuation(5) == ([3, 4], 2)
+    idx.extend([7, 8, 99, 5, 6, 7, 8])
+    assert idx.continuation(5) == ([], 0) and idx.at == -1
+    idx.extend([6, 7, 8, 99, 1, 7, 8, 5, 6, 7, 8])  # (6 7 8) goes on into 99; (7 8) at 5 does not
+    assert idx.continuation(2) == ([5, 6], 2)
+    assert NgramIndex(2, 4).continuation(5) == ([], 0)
+
+
+def test_the_turns_lookup_stops_at_the_models_control_tokens(smol):
+    from localspec.decode.drafters.lookup import lookup_barrier
+
+    s, _ = smol
+    model = s.target_model
+    ids = model.control_ids
+    im_end = model.tokenize("<|im_end|>", parse_special=True)
+    assert len(im_end) == 1 and im_end[0] in ids and model.eos in ids
+    assert not any(t in ids for t in model.tokenize("def add(a, b):", parse_special=False))
+
+    class _Turn:
+        target_model = model
+
+    assert lookup_barrier(_Turn()) == ids
+    assert -1 not in ids and model.n_vocab + 5 not in ids
+
+
 def test_extending_equals_indexing_at_once():
     rng = np.random.default_rng(0)
     h = [int(t) for t in rng.integers(0, 4, size=200)]

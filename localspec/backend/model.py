@@ -83,6 +83,7 @@ class Model:
         self.n_swa: int = int(llama_cpp.llama_model_n_swa(ptr))
         self._piece_cache: dict[int, bytes] = {}
         self._eog_cache: dict[int, bool] = {}
+        self._control_cache: dict[int, bool] = {}
 
     # ------------------------------------------------------------------ metadata
     def meta(self, key: str) -> str | None:
@@ -175,6 +176,24 @@ class Model:
         """Token ids -> text (invalid UTF-8 replaced; use Detokenizer for streams)."""
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
 
+    def is_control(self, token: int) -> bool:
+        """A control token (chat-template markers: <|im_start|>, <|im_end|>, EOS, FIM markers)
+        or an end-of-generation one: text a lookup never copies across, since a turn's text
+        never goes on into the next turn's header (drafters/lookup.py). Cached per id: asked
+        only of the tokens a lookup would draft (the whole vocabulary's attributes: 0.3 s)."""
+        got = self._control_cache.get(token)
+        if got is None:
+            ctl = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
+            got = bool(0 <= token < self.n_vocab and llama_cpp.llama_vocab_get_attr(self.vocab, token) & ctl) \
+                or self.is_eog(token)
+            self._control_cache[token] = got
+        return got
+
+    @property
+    def control_ids(self) -> ControlTokens:
+        """`token in model.control_ids`: is_control (a lookup's barrier, NgramIndex.barrier)."""
+        return ControlTokens(self)
+
     def is_eog(self, token: int) -> bool:
         """End-of-generation token (EOS, EOT, <|im_end|>, ...)."""
         got = self._eog_cache.get(token)
@@ -221,6 +240,25 @@ class Detokenizer:
             return self.push(tokens) + self._dec.decode(b"", final=True)
         finally:
             self._dec.setstate(state)
+
+
+class ControlTokens:
+    """A model's control and end-of-generation tokens as a container (`t in ...`), asked
+    token by token (Model.is_control) instead of listed."""
+
+    __slots__ = ("_model",)
+
+    def __init__(self, model: Model) -> None:
+        self._model = model
+
+    def __contains__(self, token: object) -> bool:
+        return isinstance(token, int) and self._model.is_control(token)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ControlTokens) and other._model is self._model
+
+    def __hash__(self) -> int:
+        return id(self._model)
 
 
 def check_vocab_compat(target: Model, draft: Model) -> None:

@@ -11,7 +11,7 @@ answers this way before a report-half bench run measures it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 
 from localspec import tools
 from localspec.bench.common import median
@@ -22,14 +22,15 @@ from localspec.costmodel.priors import right_prefix
 
 def replay(prompt: list[int], gen: list[int], gate: LookupGate, cost: CostCurve, n_min: int, n_max: int,
            l_max: int = LOOKUP_LONG_L, believed: CostCurve | None = None,
-           fim: tuple[int, int] = (-1, -1)) -> tuple[float, int, int]:
+           fim: tuple[int, int] = (-1, -1), barrier: Container[int] = frozenset()) -> tuple[float, int, int]:
     """(seconds, target passes, drafted tokens) of auto's AR phase over one answer: at each
     position the lookup's match is priced by `gate` and drafted at its best length, or the
     target writes one token; the gate learns from each verification as in a turn. Seconds
     are `cost`'s; the gate decides on `believed` (the cost model's curve, which may differ
     from the machine's: a cached curve timed on a busier minute), `cost` when None. `fim`:
-    the model's FIM suffix and middle token ids (a FIM prompt's prefix and suffix are bets apart)."""
-    index = tools.ngram_index(n_min, n_max)
+    the model's FIM suffix and middle token ids (a FIM prompt's prefix and suffix are bets apart);
+    `barrier`: the tokens the session's lookups stop before (tools.model_barrier)."""
+    index = tools.ngram_index(n_min, n_max, barrier)
     regions = tools.lookup_regions(prompt, *fim)
     seconds, passes, drafted = cost(1), 1, 0  # gen[0]: the prompt's last token's decode
     i = 1
@@ -57,7 +58,8 @@ def replay(prompt: list[int], gen: list[int], gate: LookupGate, cost: CostCurve,
 
 def speedups(answers: list[tuple[str, list[int], list[int]]], make_gate: Callable[[], LookupGate],
              cost: CostCurve, n_min: int, n_max: int, first_turn: bool = True,
-             believed: CostCurve | None = None, fim: tuple[int, int] = (-1, -1)) -> list[float]:
+             believed: CostCurve | None = None, fim: tuple[int, int] = (-1, -1),
+             barrier: Container[int] = frozenset()) -> list[float]:
     """Per answer, AR's seconds over the replay's (a fresh gate per answer when `first_turn`,
     else one gate learning across them in order, as a long session's)."""
     out = []
@@ -67,17 +69,19 @@ def speedups(answers: list[tuple[str, list[int], list[int]]], make_gate: Callabl
             gate = make_gate()
         if len(gen) < 2:
             continue
-        seconds, _, _ = replay(prompt, gen, gate, cost, n_min, n_max, believed=believed, fim=fim)
+        seconds, _, _ = replay(prompt, gen, gate, cost, n_min, n_max, believed=believed, fim=fim, barrier=barrier)
         out.append(len(gen) * cost(1) / seconds)
     return out
 
 
 def summary(answers_by_kind: dict[str, list[tuple[str, list[int], list[int]]]], gates: dict[str, Callable[[], LookupGate]],
-            cost: CostCurve, n_min: int, n_max: int, fim: tuple[int, int] = (-1, -1)) -> str:
+            cost: CostCurve, n_min: int, n_max: int, fim: tuple[int, int] = (-1, -1),
+            barrier: Container[int] = frozenset()) -> str:
     """A markdown table: median replayed speedup over AR per kind and gate."""
     kinds = list(answers_by_kind)
     rows = ["| gate | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
     for name, make in gates.items():
-        cells = [f"{median(speedups(answers_by_kind[k], make, cost, n_min, n_max, fim=fim)):.3f}x" for k in kinds]
+        cells = [f"{median(speedups(answers_by_kind[k], make, cost, n_min, n_max, fim=fim, barrier=barrier)):.3f}x"
+                 for k in kinds]
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(rows)

@@ -16,6 +16,7 @@ import argparse
 import datetime
 import json
 import sys
+from collections.abc import Container
 from pathlib import Path
 
 from localspec import tools
@@ -31,12 +32,13 @@ FIM_N_PREDICT = 64  # bench fim's answer length
 
 
 def lookup_counts(answers: list[tuple[str, list[int], list[int]]], n_min: int, n_max: int,
-                  fim: tuple[int, int] = (-1, -1)) -> dict[str, list[float]]:
+                  fim: tuple[int, int] = (-1, -1), barrier: Container[int] = frozenset()) -> dict[str, list[float]]:
     """Pooled {"ngram:n:origin": [accepted, reached]} over the answers (a fresh index per
-    answer; `fim`: the target's FIM suffix and middle ids, which mark a FIM prompt's regions)."""
+    answer; `fim`: the target's FIM suffix and middle ids, which mark a FIM prompt's regions;
+    `barrier`: the tokens the session's lookups stop before, tools.model_barrier)."""
     out: dict[str, list[float]] = {}
     for _, prompt, gen in answers:
-        index, regions = tools.ngram_index(n_min, n_max), tools.lookup_regions(prompt, *fim)
+        index, regions = tools.ngram_index(n_min, n_max, barrier), tools.lookup_regions(prompt, *fim)
         for key, (acc, reached) in priors.replay_lookups(prompt, gen, index, regions, LOOKUP_MAX_L).items():
             row = out.setdefault(key, [0.0, 0.0])
             row[0] += acc
@@ -74,7 +76,8 @@ def main(a: argparse.Namespace) -> int:
         answers = by_kind[kind]
         if kind != FIM_KIND:  # the draft's agreement is fitted on answers of -n tokens
             answers_all += answers
-        per_kind[kind] = lookup_counts(answers, a.n_min, a.n_max, fim)
+        barrier = tools.model_barrier(target, (t for _, pr, g in answers for t in (*pr, *g)))
+        per_kind[kind] = lookup_counts(answers, a.n_min, a.n_max, fim, barrier)
     if a.answers:
         saved: dict = {k: [list(x) for x in v] for k, v in by_kind.items()}
         Path(a.answers).write_text(json.dumps({**saved, "_fim_ids": list(fim)}), encoding="utf-8")
@@ -99,7 +102,8 @@ def main(a: argparse.Namespace) -> int:
               f"(median per prompt {median([sum(x) / max(len(x), 1) for x in agree]):.3f})")
         draft_entry = (f"{target.name}--{draft.name}", round(alpha, 4))
     if a.simulate:
-        _simulate(a, {k: by_kind[k] for k in a.kinds}, fim)
+        every = (t for k in a.kinds for _, pr, g in by_kind[k] for t in (*pr, *g))
+        _simulate(a, {k: by_kind[k] for k in a.kinds}, fim, tools.model_barrier(target, every))
     if a.out:
         _merge(Path(a.out), _sorted(pooled), draft_entry, a)
         print(f"wrote {a.out}", file=sys.stderr)
@@ -107,20 +111,20 @@ def main(a: argparse.Namespace) -> int:
 
 
 def _simulate(a: argparse.Namespace, by_kind: dict[str, list[tuple[str, list[int], list[int]]]],
-              fim: tuple[int, int]) -> None:
+              fim: tuple[int, int], barrier: Container[int] = frozenset()) -> None:
     """auto's lookup gate replayed on the answers (bench/gate_replay.py), each answer a
     first turn, from the uninformed priors and from the priors file in use."""
     from localspec.bench import gate_replay
-    from localspec.bench.ceiling import curve_from_points, measured_curve, parse_curve
+    from localspec.bench.ceiling import curve_from_points, engine_curve, parse_curve
     from localspec.costmodel.lookup import LookupGate
 
     if a.curve:
         cost = curve_from_points(parse_curve(a.curve))
     else:
-        cost = measured_curve(a.model, a.threads, sizes=(1, 2, 4, 8, 16, 32, 64))[0]
+        cost = engine_curve(a.model, a.threads, sizes=(1, 2, 4, 8, 16, 32, 64))[0]  # what the gate prices on
     gates = {"uninformed (before stop 46)": lambda: LookupGate(prior={}), "shipped priors": LookupGate}
     print("\nauto's lookups replayed on these answers, each a first turn (median speedup over AR on the curve):")
-    print(gate_replay.summary(by_kind, gates, cost, a.n_min, a.n_max, fim))
+    print(gate_replay.summary(by_kind, gates, cost, a.n_min, a.n_max, fim, barrier))
 
 
 def _merge(path: Path, pooled: dict[str, list[float]], draft_entry: tuple[str, float] | None,

@@ -24,7 +24,7 @@ the cursor (PREFIX) and after it (SUFFIX; `Regions`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -57,6 +57,11 @@ class NgramIndex:
     starts: dict[tuple[int, ...], int] = field(default_factory=dict)
     at: int = -1  # where the last match's continuation starts in `history` (-1: no match)
     run: int = 0  # how far back (up to RUN_CAP) the last match's source agrees with the tail
+    # tokens a continuation stops before (the model's control and end-of-generation tokens:
+    # Model.control_ids). A match in the prompt's last lines continues into the chat
+    # template's `<|im_end|>\n<|im_start|>assistant\n`, never what an answer writes there: on
+    # the code tuning half such long bets (31 tokens) were rejected right at that marker
+    barrier: Container[int] = frozenset()
 
     def extend(self, tokens: list[int]) -> None:
         """Make the index cover `tokens` (a new history unless it extends the old one)."""
@@ -86,11 +91,24 @@ class NgramIndex:
         for n in range(min(self.n_max, len(tail)), self.n_min - 1, -1):
             s = self.starts.get(tuple(tail[-n:]))
             if s is not None and s + n < len(h):
+                out = h[s + n : s + n + L]
+                if self.barrier:
+                    out = _before_barrier(out, self.barrier)
+                    if not out:  # it continues with a marker: no draft from this match
+                        continue
                 self.at = s + n
                 self.run = agreement(h, s + n, tail)
-                return h[s + n : s + n + L], n
+                return out, n
         self.at, self.run = -1, 0
         return [], 0
+
+
+def _before_barrier(tokens: list[int], barrier: Container[int]) -> list[int]:
+    """`tokens` up to (not including) the first one in `barrier`."""
+    for i, t in enumerate(tokens):
+        if t in barrier:
+            return tokens[:i]
+    return tokens
 
 
 def agreement(source: Sequence[int], end: int, tail: Sequence[int]) -> int:
@@ -147,8 +165,9 @@ class NgramDrafter(DrafterBase):
     name = "ngram"
     kind = LOOKUP
 
-    def __init__(self, n_min: int = 2, n_max: int = 4, regions: Regions | None = None) -> None:
-        self.index = NgramIndex(n_min, n_max)
+    def __init__(self, n_min: int = 2, n_max: int = 4, regions: Regions | None = None,
+                 barrier: Container[int] = frozenset()) -> None:
+        self.index = NgramIndex(n_min, n_max, barrier=barrier)
         self.matched = 0  # n-gram length of the last proposal (for the acceptance estimate)
         self.run = 0  # how far back its source agrees with the history (NgramIndex.run)
         self.regions = regions  # where the turn's answer (and a FIM suffix) lie (None: not told)
@@ -164,7 +183,13 @@ class NgramDrafter(DrafterBase):
 
 def build(turn: Turn, auto: CostModel | None = None) -> NgramDrafter:
     """The registry's builder (--spec-ngram-min / --spec-ngram-max)."""
-    return NgramDrafter(turn.cfg.ngram_min, turn.cfg.ngram_max, turn_regions(turn))
+    return NgramDrafter(turn.cfg.ngram_min, turn.cfg.ngram_max, turn_regions(turn), lookup_barrier(turn))
+
+
+def lookup_barrier(turn: Turn) -> Container[int]:
+    """The tokens the turn's lookups stop before (NgramIndex.barrier): the target's control
+    and end-of-generation tokens (none for a model object that does not list them: tests' fakes)."""
+    return getattr(turn.target_model, "control_ids", frozenset())
 
 
 def turn_regions(turn: Turn) -> Regions:
