@@ -204,3 +204,53 @@ def test_bench_ceiling_with_a_draft_model_end_to_end(smollm2_q8_path, smollm2_q4
             assert rows[f"{mode}+draft"]["per_prompt"][pid] >= s - 1e-9
     assert all(0.0 <= rows[m]["model_share"] <= 1.0 for m in ("draft", "latest+draft"))
     assert "% by the model" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ constrained answers, the engine's curve
+def test_forced_runs_join_the_lookups_as_the_engine_drafts_them() -> None:
+    """Where the grammar forces tokens they are the draft (the grammar drafter goes first);
+    elsewhere a lookup's right part gets the tokens forced after it appended (constrained.fit)."""
+    from localspec.bench.ceiling import _forced_share, with_forced
+
+    lookups = [0, 2, 0, 0, 0, 0]
+    forced = [1, 0, 0, 3, 2, 1]
+    assert with_forced(lookups, None) == lookups
+    # 0: forced 1; 1: lookup 2 then position 3's 3 forced; 2: nothing; 3..5: forced
+    assert with_forced(lookups, forced) == [1, 5, 0, 3, 2, 1]
+    assert _forced_share(forced) == pytest.approx(4 / 6)  # runs from 0 (1 token) and 3 (3 tokens)
+
+
+def test_forced_runs_of_a_real_constrained_answer(smollm2_q8_path) -> None:
+    """SmolLM2 under a schema whose only value is fixed: the key and the value are forced
+    runs several tokens long, each the answer's own next tokens."""
+    import json
+
+    from localspec import tools
+    from localspec.config import GenConfig
+    from localspec.constrain import ConstraintSpec
+    from localspec.events import Written
+    from localspec.loading import open_session
+    from localspec.session import SessionOptions
+
+    schema = {"type": "object", "properties": {"answer": {"enum": ["certainly yes"]}},
+              "required": ["answer"], "additionalProperties": False}
+    spec = ConstraintSpec("json_schema", json.dumps(schema))
+    sess = open_session(str(smollm2_q8_path), None, SessionOptions(threads=2))
+    try:
+        cfg = GenConfig(method="ar", n_predict=40, constraint=spec)
+        gen = [t for ev in sess.generate("Say yes as JSON.", cfg) if isinstance(ev, Written) for t in ev.tokens]
+        runs = tools.forced_runs(sess, spec, gen)
+    finally:
+        sess.close()
+    assert len(runs) == len(gen) and max(runs) >= 3
+    for i, k in enumerate(runs):
+        assert i + k <= len(gen)
+        if k > 1:  # a forced run goes on forcing its own rest
+            assert runs[i + 1] >= k - 1
+
+
+def test_the_engine_curve_times_decodes_with_every_rows_logits(smollm2_q8_path) -> None:
+    from localspec import tools
+
+    points = tools.verify_curve(smollm2_q8_path, 2, (1, 8), reps=2)
+    assert sorted(points) == [1, 8] and 0 < points[1] <= points[8]

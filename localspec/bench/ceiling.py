@@ -3,7 +3,10 @@
 A lookup draft costs no model call, but verifying it costs a target decode of 1 + L tokens.
 How much it can pay is bounded by two things measured here, not guessed: how much of the
 target's own greedy answer is a copy of text it already has (the prompt and what it wrote so
-far), and the target's batch curve (llama-bench's pp at each size, the same kernels). The
+far), and the target's batch curve: decodes of n tokens with every row's logits, timed as the
+cost model times them (`--curve engine`, the default). llama-bench's pp (`--curve llama-bench`)
+reads one row's logits and so prices a 16-token verification ~20-45 % low on the Q4 target here:
+a bound on its curve is one no engine reaches (stop 51 measured both). The
 replay drafts with a perfect gate -- every drafted token is right, a lookup runs only where it
 is -- so its speedup over AR is an upper bound for any gate on that proposer:
 
@@ -25,10 +28,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 
 from localspec import tools
-from localspec.bench.common import load_prompts, machine_info, median, write_json
+from localspec.bench.common import HALVES, load_prompts, machine_info, median, write_json
 from localspec.config import GenConfig
 from localspec.costmodel.curves import CostCurve
 from localspec.costmodel.priors import right_prefix
@@ -57,13 +60,14 @@ def _any_right(history: list[int], rest: list[int], n_min: int, cap: int) -> int
 
 
 def lookup_rights(prompt: list[int], gen: list[int], l_max: int, n_min: int = GenConfig.ngram_min,
-                  n_max: int = GenConfig.ngram_max, mode: str = "latest") -> list[int]:
+                  n_max: int = GenConfig.ngram_max, mode: str = "latest",
+                  barrier: Container[int] = frozenset()) -> list[int]:
     """rights[i]: how many tokens of the lookup's draft at answer position i (history = prompt
     + gen[:i]) the answer goes on with, at most l_max (rights[0] is 0: the prompt's decode).
 
     A draft of fewer tokens is a prefix of this one (the same occurrence, cut), so the rights
     for a shorter l_max are these capped: compute them once at the longest length."""
-    index = tools.ngram_index(n_min, n_max)  # the session's lookup, same defaults
+    index = tools.ngram_index(n_min, n_max, barrier)  # the session's lookup, same defaults
     rights = [0] if gen else []
     for i in range(1, len(gen)):
         history, rest = prompt + gen[:i], gen[i:]
@@ -73,6 +77,32 @@ def lookup_rights(prompt: list[int], gen: list[int], l_max: int, n_min: int = Ge
             index.extend(history)
             rights.append(_right(index.continuation(l_max)[0], rest, l_max))
     return rights
+
+
+def with_forced(rights: list[int], forced: list[int] | None) -> list[int]:
+    """Lookup rights with a grammar's forced runs added, as the engine drafts them: the
+    forced tokens where the grammar forces some (the `grammar` drafter goes first), else
+    the lookup's right part with the tokens forced after it appended (constrained.fit)."""
+    if not forced:
+        return rights
+    n = len(rights)
+    out = []
+    for i, r in enumerate(rights):
+        after = forced[i + r] if r and i + r < n else 0
+        out.append(max(forced[i], r + after))
+    return out
+
+
+def _forced_share(runs: list[int]) -> float:
+    """Share of an answer's tokens inside a forced run (drafting each run from its start)."""
+    n, i, covered = len(runs), 0, 0
+    while i < n:
+        if runs[i]:
+            covered += runs[i]
+            i += runs[i]
+        else:
+            i += 1
+    return covered / max(n, 1)
 
 
 def replay_rights(rights: Sequence[int], cost: CostFn, l_max: int) -> tuple[float, float]:
@@ -154,23 +184,37 @@ def measured_curve(model: str, threads: int, sizes: Sequence[int] = SIZES) -> tu
     return curve_from_points(points), points
 
 
+class Answers(list):
+    """greedy_answers' rows, with what replaying them needs from the model: the tokens its
+    lookups stop before (tools.lookup_barrier) and each constrained answer's forced runs
+    (tools.forced_runs) by prompt id."""
+
+    barrier: Container[int] = frozenset()
+    forced: dict[str, list[int]]
+
+
 def greedy_answers(model: str, kinds: list[str] | None, n_predict: int, threads: int,
-                   half: str | None = None) -> list[tuple[str, list[int], list[int]]]:
+                   half: str | None = None, limit: int | None = None) -> Answers:
     """(prompt id, prompt tokens, the target's greedy answer tokens) per bench prompt (of
-    the split sets' `half` when given)."""
+    the split sets' `half` when given, the first `limit`), each under its prompt's schema
+    where it has one (the structured set): the answer `bench speed` measures."""
     from localspec.bench.runner import session_prompt
     from localspec.config import GenConfig
     from localspec.loading import open_session
     from localspec.session import SessionOptions
 
     sess = open_session(model, None, SessionOptions(threads=threads))
-    out = []
+    out = Answers()
+    out.forced = {}
     try:
-        for p in load_prompts(None, kinds, None, half):
+        out.barrier = tools.lookup_barrier(sess)
+        for p in load_prompts(None, kinds, limit, half):
             sp = session_prompt(p)
             prompt = sess.tokenize(sp if isinstance(sp, str) else sess.render(sp))
-            gen = answer_tokens(sess, sp, GenConfig(method="ar", n_predict=n_predict))
+            gen = answer_tokens(sess, sp, GenConfig(method="ar", n_predict=n_predict, constraint=p.constraint))
             out.append((p.id, prompt, gen))
+            if p.constraint is not None:
+                out.forced[p.id] = tools.forced_runs(sess, p.constraint, gen)
             print(f"  {p.id}: {len(prompt)} prompt + {len(gen)} answer tokens", file=sys.stderr)
     finally:
         sess.close()
@@ -201,18 +245,41 @@ def parse_curve(spec: str) -> dict[int, float]:
     return points
 
 
+def engine_curve(model: str, threads: int, sizes: Sequence[int] = SIZES) -> tuple[CostFn, dict[int, float]]:
+    """A model's verification curve: decodes with every row's logits, timed as the cost
+    model times them (tools.verify_curve). Dearer than llama-bench's pp at the same size
+    (pp reads one row's logits; a verification reads every row through the output layer,
+    ~15 % of a 1.5B model's work per row), so the bound it gives is the one auto can reach."""
+    from localspec.models import resolve_model
+
+    points = tools.verify_curve(resolve_model(model), threads, sizes)
+    return curve_from_points(points), points
+
+
+CURVE_SOURCES = {"engine": "every row's logits, as a verification", "llama-bench": "llama-bench pp"}
+
+
 def main(a: argparse.Namespace) -> int:
-    if a.curve:
+    if a.curve in CURVE_SOURCES:
+        cost, points = (engine_curve if a.curve == "engine" else measured_curve)(a.model, a.threads)
+        source = CURVE_SOURCES[a.curve]
+    else:
         points = parse_curve(a.curve)
         cost = curve_from_points(points)
-    else:
-        cost, points = measured_curve(a.model, a.threads)
-    answers = greedy_answers(a.model, a.kinds, a.n_predict, a.threads)
-    print(f"batch curve ({'--curve' if a.curve else 'llama-bench pp'}, ms): " + ", ".join(f"{n}: {1e3 * t:.0f}" for n, t in sorted(points.items())))
+        source = "--curve"
+    answers = greedy_answers(a.model, a.kinds, a.n_predict, a.threads, a.half, a.limit)
+    forced = answers.forced
+    print(f"batch curve ({source}, ms): " + ", ".join(f"{n}: {1e3 * t:.0f}" for n, t in sorted(points.items())))
     # every length's rights are the longest one's, capped (lookup_rights): one pass per mode
     longest = max(a.lengths, default=0)
-    rights = {mode: [lookup_rights(pr, g, longest, a.n_min, a.n_max, mode) for _, pr, g in answers]
+    rights = {mode: [with_forced(lookup_rights(pr, g, longest, a.n_min, a.n_max, mode, answers.barrier),
+                                 forced.get(pid))
+                     for pid, pr, g in answers]
               for mode in ("latest", "any")}
+    if forced:
+        share = median([_forced_share(runs) for runs in forced.values()])
+        print(f"the grammar forces {100 * share:.0f} % of a constrained answer's tokens (median); "
+              "the lookup rows draft them too", file=sys.stderr)
     rows = [_row(a, mode, l_max, answers, [replay_rights(r, cost, l_max) for r in rights[mode]])
             for mode in rights for l_max in a.lengths]
     draft_s = None
@@ -228,7 +295,7 @@ def main(a: argparse.Namespace) -> int:
         print(f"| {label} | {r['l_max']} | {r['median_speedup']:.2f}× | "
               f"{r['median_tokens_per_decode']:.2f}{shared} | {per} |")
     if a.out:
-        write_json(a.out, {"machine": machine_info(a.threads), "model": a.model, "curve_s": points,
+        write_json(a.out, {"machine": machine_info(a.threads), "model": a.model, "curve_s": points, "curve_source": source,
                            "draft": a.draft, "draft_step_s": draft_s, "rows": rows})
         print(f"wrote {a.out}", file=sys.stderr)
     return 0
@@ -253,8 +320,10 @@ def _draft_rows(a: argparse.Namespace, answers: list[tuple[str, list[int], list[
 
     if a.draft_ms is not None:
         step = a.draft_ms / 1e3
-    else:  # only its 1-token step is priced
+    elif a.curve == "llama-bench":  # only its 1-token step is priced
         step = measured_curve(a.draft, a.threads, sizes=(1,))[1][1]
+    else:  # its 1-token step with logits, as a draft step pays
+        step = engine_curve(a.draft, a.threads, sizes=(1,))[1][1]
     agree = tools.draft_agreement(resolve_model(a.draft), [(pr, g) for _, pr, g in answers], a.threads)
     print(f"draft step: {1e3 * step:.0f} ms; the draft's greedy token is the answer's at "
           f"{median([sum(x) / max(len(x), 1) for x in agree]):.0%} of positions (median)", file=sys.stderr)
@@ -273,16 +342,21 @@ def add_args(p: argparse.ArgumentParser, lengths: Sequence[int] = (16, 32, 64)) 
     p.add_argument("--kinds", nargs="*", default=["edit"], help="bench prompt kinds (code, chat, math, edit)")
     p.add_argument("-n", "--n-predict", dest="n_predict", type=int, default=200, help="answer tokens per prompt")
     p.add_argument("-t", "--threads", type=int, default=2)
+    p.add_argument("--half", choices=HALVES, default=None,
+                   help="the split sets' half (as bench speed --half): the oracle beside a measured report run")
+    p.add_argument("--limit", type=int, default=None, help="the first N prompts (after the kind and half filters)")
     p.add_argument("--lengths", nargs="*", type=int, default=list(lengths), help="longest lookup drafts to bound")
     p.add_argument("--spec-ngram-min", dest="n_min", type=int, default=GenConfig.ngram_min, metavar="N",
                    help="shortest matched tail (as in run/serve)")
     p.add_argument("--spec-ngram-max", dest="n_max", type=int, default=GenConfig.ngram_max, metavar="N",
                    help="longest matched tail, tried first (latest mode)")
-    p.add_argument("--curve", default=None, help="the target's batch curve as tokens:ms pairs (e.g. 1:28,8:127,16:148 "
-                   "from --explain) instead of running llama-bench")
+    p.add_argument("--curve", default="engine",
+                   help="the target's batch curve: `engine` (timed here with every row's logits, what a verification "
+                        "pays), `llama-bench` (its pp: one row's logits, cheaper; needs scripts/build_llama_cpp_peer.sh) "
+                        "or tokens:ms pairs (e.g. 1:28,8:127,16:148 from --explain)")
     p.add_argument("-md", "--model-draft", dest="draft", default=None,
                    help="also bound the draft model beside the lookups: its greedy agreement with each answer "
-                   "(one teacher-forced decode) and its 1-token step (llama-bench pp1 unless --draft-ms)")
+                   "(one teacher-forced decode) and its 1-token step (timed as --curve says unless --draft-ms)")
     p.add_argument("--draft-ms", type=float, default=None, metavar="MS",
-                   help="the draft model's step in ms (e.g. from --explain) instead of running llama-bench")
+                   help="the draft model's step in ms (e.g. from --explain) instead of timing it")
     p.add_argument("--out", default=None, help="write the rows as JSON")

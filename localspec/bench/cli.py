@@ -70,10 +70,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         description="Replays the target's greedy answers as if every lookup draft were right and ran only "
                                     "where one exists: an upper bound on what the ngram proposer (latest) or any lookup "
                                     "over every earlier occurrence (any) could give over AR on this machine's batch curve "
-                                    "(llama-bench pp, needs scripts/build_llama_cpp_peer.sh, or --curve). With -md, "
+                                    "(timed here with every row's logits, as a verification pays; --curve llama-bench or "
+                                    "tokens:ms pairs instead), on the split sets' --half; a prompt with a schema is "
+                                    "answered under it, its forced tokens drafted beside the lookups. With -md, "
                                     "also the best schedule of lookups AND the greedy draft model (its agreement with "
                                     "each answer read off one teacher-forced decode): a bound on any gate over both.",
-                        epilog="example: localspec bench ceiling --kinds edit -n 200 -t 2 --out ceiling.json;  "
+                        epilog="example: localspec bench ceiling --kinds edit --half report --limit 8 -n 128 -t 2 --out ceiling.json;  "
                                "with the draft model: localspec bench ceiling -m qwen2.5-coder-1.5b-f16 -md qwen2.5-coder-0.5b-q4_0 --kinds edit")
     ceiling.add_args(c)
     c.set_defaults(func=ceiling.main)

@@ -67,3 +67,23 @@ def iteration_costs(model: Model, spec: ConstraintSpec, prompt: list[int], answe
         out.append(t1 - t0)
         i += len(step)
     return out, base
+
+
+def forced_runs(model: Model, spec: ConstraintSpec, answer: list[int]) -> list[int]:
+    """runs[i]: how many answer tokens from position i on the grammar forces (its forced
+    tokens, as the `grammar` drafter drafts them, that the answer goes on with): what
+    `bench ceiling` adds to the lookups' drafts on a constrained answer. 0 where nothing is
+    forced, or where the model wrote the forced text in other tokens than the grammar's."""
+    m = Constraint(spec, ll_tokenizer(model), model.n_vocab, eog_ids(model)).matcher()
+    runs = [0] * len(answer)
+    for i, t in enumerate(answer):
+        forced = m.forced(len(answer) - i)
+        k = 0
+        while k < len(forced) and forced[k] == answer[i + k]:
+            k += 1
+        runs[i] = k
+        try:
+            m.consume([t])
+        except ValueError:  # the answer left the grammar (it cannot: it was decoded under it); stop counting
+            break
+    return runs
