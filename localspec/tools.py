@@ -229,6 +229,15 @@ def draft_agreement(path: Path, texts: list[tuple[list[int], list[int]]], thread
     return agree(path, texts, threads, n_batch)
 
 
+def draft_calibration(path: Path, texts: list[tuple[list[int], list[int]]], threads: int,
+                      n_batch: int = 512) -> list[list[tuple[bool, float]]]:
+    """draft_agreement with the draft's confidence at each position (decode/agreement.py):
+    `bench priors -md` fits the acceptance calibration a first turn starts from."""
+    from localspec.decode.agreement import draft_calibration as cal
+
+    return cal(path, texts, threads, n_batch)
+
+
 def verify_curve(path: Path, threads: int, sizes: Sequence[int], reps: int = 5) -> dict[int, float]:
     """{n: seconds} of one target decode of n tokens with every row's logits, after 64 tokens
     of context (the cost model's own timing, costmodel/curves.measure): what a verification

@@ -248,3 +248,63 @@ def test_auto_cold_needs_first_turn(capsys):
     rc = main(["bench", "speed", "--kinds", "chat", "--half", "tune", "--methods", "auto-cold", "--no-peer", "--limit", "1"])
     err = capsys.readouterr().err
     assert rc == 2 and "add --first-turn" in err and len(err.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------ the draft's calibration (stop 51)
+def test_the_draft_length_rule_starts_from_the_shipped_calibration():
+    """A bin with no evidence of this session reads the shipped calibration (where the pair
+    has one), else the bin's confidence; the session's own evidence then moves it."""
+    from localspec.costmodel.acceptance import BIN_PRIOR, N_BINS, Acceptance
+
+    plain = Acceptance()
+    assert plain.accept_prob(0.55) == pytest.approx(0.55)  # bin 5's midpoint
+    fitted = Acceptance(bin_prior=[0.3 + 0.07 * b for b in range(N_BINS)])
+    assert fitted.accept_prob(0.55) == pytest.approx(0.3 + 0.35)
+    fitted.update(0, 1, [0.55])  # one rejection at that confidence
+    assert fitted.accept_prob(0.55) == pytest.approx(BIN_PRIOR * 0.65 / (BIN_PRIOR + 1))
+
+
+def test_shipped_calibration_bins_are_read_with_thin_bins_left_at_their_confidence(monkeypatch):
+    rows = [[0, 0]] * 5 + [[18, 19], [80, 100], [90, 100], [95, 100], [99, 100]]
+    monkeypatch.setattr(priors, "shipped", lambda: {"draft_bins": {"t--d": rows, "bad--d": [["x", 1]]}})
+    got = priors.draft_bins("t", "d", True)
+    assert got is not None and len(got) == 10
+    assert got[5] == pytest.approx(0.55)  # 19 positions < BIN_MIN: the bin's confidence
+    assert got[6] == pytest.approx(0.8) and got[9] == pytest.approx(0.99)
+    assert priors.draft_bins("t", "d", False) is None  # fitted at T = 0 only
+    assert priors.draft_bins("bad", "d", True) is None and priors.draft_bins("x", "y", True) is None
+
+
+def test_the_shipped_file_calibrates_the_f16_pair():
+    bins = priors.draft_bins("qwen2.5-coder-1.5b-instruct-f16-from-q4_k_m.gguf",
+                             "qwen2.5-coder-0.5b-instruct-q4_0-from-q4_k_m.gguf", True)
+    assert bins is not None and len(bins) == 10 and all(0.0 <= b <= 1.0 for b in bins)
+    assert bins[-1] > 0.9  # a confident greedy draft is the target's almost always
+    ctx = SimpleNamespace(model=SimpleNamespace(path=Path("qwen2.5-coder-1.5b-instruct-f16-from-q4_k_m.gguf")))
+    dctx = SimpleNamespace(model=SimpleNamespace(path=Path("qwen2.5-coder-0.5b-instruct-q4_0-from-q4_k_m.gguf")))
+    assert fresh_acceptance(ctx, dctx, True).bin_prior == bins
+    assert fresh_acceptance(ctx, dctx, False).bin_prior is None
+
+
+def test_calibration_bins_count_agreement_by_confidence():
+    from localspec.bench.priors import calibration_bins
+
+    bins = calibration_bins([[(True, 0.95), (False, 0.95), (True, 0.12)], [(False, 0.0), (True, 1.0)]])
+    assert bins[9] == [2.0, 3.0] and bins[1] == [1.0, 1.0] and bins[0] == [0.0, 1.0]
+    assert sum(t for _, t in bins) == 5
+
+
+def test_the_draft_calibration_reads_agreement_and_confidence(smollm2_path, smollm2_q4_0_path):
+    from localspec import tools
+    from localspec.backend.model import Model
+
+    m = Model(smollm2_path)
+    try:
+        prompt = m.tokenize("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n", add_special=True)
+        answer = m.tokenize("    return a - b\n", parse_special=False)
+    finally:
+        m.close()
+    cal = tools.draft_calibration(smollm2_q4_0_path, [(prompt, answer)], 2)
+    agree = tools.draft_agreement(smollm2_q4_0_path, [(prompt, answer)], 2)
+    assert [ok for ok, _ in cal[0]] == agree[0] and len(agree[0]) == len(answer)
+    assert all(0.0 < c <= 1.0 for _, c in cal[0]) and any(ok for ok, _ in cal[0])

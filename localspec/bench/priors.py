@@ -95,12 +95,16 @@ def main(a: argparse.Namespace) -> int:
     draft_entry = None
     if a.draft:
         draft = resolve_model(a.draft)
-        agree = tools.draft_agreement(draft, [(pr, g) for _, pr, g in answers_all], a.threads)
+        cal = tools.draft_calibration(draft, [(pr, g) for _, pr, g in answers_all], a.threads)
+        agree = [[ok for ok, _ in rows] for rows in cal]
         hits, n = sum(sum(x) for x in agree), sum(len(x) for x in agree)
         alpha = hits / max(n, 1)
         print(f"draft {draft.name}: agrees with the greedy answers at {alpha:.3f} of {n} positions "
               f"(median per prompt {median([sum(x) / max(len(x), 1) for x in agree]):.3f})")
-        draft_entry = (f"{target.name}--{draft.name}", round(alpha, 4))
+        bins = calibration_bins(cal)
+        print("  by its confidence: " + ", ".join(f"{b / len(bins):.1f}-{(b + 1) / len(bins):.1f} "
+                                                 f"{acc / max(t, 1):.2f}/{t:.0f}" for b, (acc, t) in enumerate(bins)))
+        draft_entry = (f"{target.name}--{draft.name}", round(alpha, 4), bins)
     if a.simulate:
         every = (t for k in a.kinds for _, pr, g in by_kind[k] for t in (*pr, *g))
         _simulate(a, {k: by_kind[k] for k in a.kinds}, fim, tools.model_barrier(target, every))
@@ -127,7 +131,22 @@ def _simulate(a: argparse.Namespace, by_kind: dict[str, list[tuple[str, list[int
     print(gate_replay.summary(by_kind, gates, cost, a.n_min, a.n_max, fim, barrier))
 
 
-def _merge(path: Path, pooled: dict[str, list[float]], draft_entry: tuple[str, float] | None,
+def calibration_bins(cal: list[list[tuple[bool, float]]]) -> list[list[float]]:
+    """[[accepted, positions]] per draft-confidence bin (the acceptance calibration's bins)
+    over (agreed, confidence) pairs: at T = 0 a greedy draft's token is accepted iff it is
+    the target's."""
+    from localspec.costmodel.acceptance import N_BINS, _bin
+
+    bins = [[0.0, 0.0] for _ in range(N_BINS)]
+    for rows in cal:
+        for ok, conf in rows:
+            b = bins[_bin(conf)]
+            b[0] += 1.0 if ok else 0.0
+            b[1] += 1.0
+    return bins
+
+
+def _merge(path: Path, pooled: dict[str, list[float]], draft_entry: tuple[str, float, list[list[float]]] | None,
            a: argparse.Namespace) -> None:
     """Update a priors file: the lookup table replaced, the pair's draft entry set, the fit recorded."""
     data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
@@ -137,6 +156,7 @@ def _merge(path: Path, pooled: dict[str, list[float]], draft_entry: tuple[str, f
                       "date": datetime.date.today().isoformat(), "machine": machine_info(a.threads).get("cpu", "")}
     if draft_entry is not None:
         data.setdefault("draft", {})[draft_entry[0]] = draft_entry[1]
+        data.setdefault("draft_bins", {})[draft_entry[0]] = draft_entry[2]
         fits[draft_entry[0]] = {"half": a.half, "kinds": a.kinds, "n_predict": a.n_predict,
                                 "date": datetime.date.today().isoformat()}
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")

@@ -128,8 +128,14 @@ def model_steps(
 def fresh_acceptance(target: Context, draft: Context, greedy: bool) -> Acceptance:
     """An acceptance estimate before this pair's first verification: the shipped prior of
     the pair (costmodel/priors.py) where there is one, else PRIOR_ALPHA."""
-    alpha = priors.draft_alpha(target.model.path.name, draft.model.path.name, greedy)
-    return Acceptance() if alpha is None else Acceptance(prior=alpha, prior_weight=priors.DRAFT_PRIOR_WEIGHT)
+    names = target.model.path.name, draft.model.path.name
+    alpha = priors.draft_alpha(*names, greedy)
+    bins = priors.draft_bins(*names, greedy)
+    if bins is not None and len(bins) != N_BINS:
+        bins = None
+    if alpha is None:
+        return Acceptance(bin_prior=bins)
+    return Acceptance(prior=alpha, prior_weight=priors.DRAFT_PRIOR_WEIGHT, bin_prior=bins)
 
 
 def target_steps(

@@ -12,7 +12,9 @@ the report halves) and writes localspec/data/priors.json:
   (the target's greedy answers replayed: at T = 0 a drafted token is accepted iff it is the
   answer's), pooled over the prompt kinds;
 - `draft`: per (target file, draft file), the greedy draft's per-token agreement with the
-  target's greedy answers (what sd's acceptance is at T = 0).
+  target's greedy answers (what sd's acceptance is at T = 0);
+- `draft_bins`: the same agreement per bin of the draft's confidence (its top probability),
+  [accepted, positions] per bin: the calibration the draft-length rule starts from.
 
 A prior is evidence worth PRIOR_WEIGHT verifications: a session's own first few
 verifications already outweigh it. `use(False)` turns them off for the whole process (new
@@ -111,6 +113,29 @@ def draft_alpha(target: str, draft: str, greedy: bool) -> float | None:
         return None
     a = (shipped().get("draft") or {}).get(f"{target}--{draft}")
     return float(a) if isinstance(a, (int, float)) and 0.0 <= a <= 1.0 else None
+
+
+def draft_bins(target: str, draft: str, greedy: bool) -> list[float] | None:
+    """The shipped acceptance calibration of this pair at T = 0: per draft-confidence bin
+    (acceptance.N_BINS), how often the greedy draft's token was the target's, or None. A bin
+    fitted on fewer than BIN_MIN positions keeps its confidence (acceptance.py's default)."""
+    if not _enabled or not greedy:
+        return None
+    rows = (shipped().get("draft_bins") or {}).get(f"{target}--{draft}")
+    if not isinstance(rows, list) or not rows:
+        return None
+    out = []
+    for b, row in enumerate(rows):
+        mid = (b + 0.5) / len(rows)
+        try:
+            acc, n = float(row[0]), float(row[1])
+        except (TypeError, ValueError, IndexError):
+            return None
+        out.append(acc / n if n >= BIN_MIN else mid)
+    return out
+
+
+BIN_MIN = 20.0  # positions a shipped calibration bin needs before it replaces the bin's confidence
 
 
 def right_prefix(draft: Sequence[int], rest: Sequence[int]) -> int:

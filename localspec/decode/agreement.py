@@ -25,6 +25,15 @@ def draft_agreement(path: Path, texts: list[tuple[list[int], list[int]]], thread
     answer[:i] is answer[i]. The draft is loaded once for all texts; a text longer than
     n_batch is decoded in n_batch chunks, one sequence growing, so any memory kind (a
     recurrent state too) reads the same rows."""
+    return [[a for a, _ in rows] for rows in draft_calibration(path, texts, threads, n_batch)]
+
+
+def draft_calibration(path: Path, texts: list[tuple[list[int], list[int]]], threads: int,
+                      n_batch: int = 512) -> list[list[tuple[bool, float]]]:
+    """draft_agreement with the draft's confidence at each position: (its greedy token is the
+    answer's, its top probability under the untempered softmax). The confidence is what the
+    model drafter's length rule reads at T = 0 (drafters/model._Confidence), so these pairs
+    fit the acceptance calibration a first turn starts from (`bench priors -md`)."""
     model = Model(path, load=LoadOptions(threads=threads))
     try:
         return [_agreement(model, prompt, answer, threads, n_batch) for prompt, answer in texts]
@@ -32,15 +41,17 @@ def draft_agreement(path: Path, texts: list[tuple[list[int], list[int]]], thread
         model.close()
 
 
-def _agreement(model: Model, prompt: list[int], answer: list[int], threads: int, n_batch: int) -> list[bool]:
+def _agreement(model: Model, prompt: list[int], answer: list[int], threads: int,
+               n_batch: int) -> list[tuple[bool, float]]:
     if not prompt or not answer:
-        return [False] * len(answer)
+        return [(False, 0.0)] * len(answer)
     ctx = Context(model, n_ctx=len(prompt) + len(answer) + 8, n_batch=n_batch, n_seq_max=1,
                   threads=threads, rs_snapshots=0)  # one growing sequence: nothing to roll back
     try:
         tokens = prompt + answer[:-1]  # the last answer token is never a draft's input
         first_out = len(prompt) - 1  # the row after the prompt's last token predicts answer[0]
         argmax: list[int] = []
+        conf: list[float] = []
         for start in range(0, len(tokens), ctx.n_batch):
             chunk = tokens[start:start + ctx.n_batch]
             b = ctx.batch.clear()
@@ -48,7 +59,12 @@ def _agreement(model: Model, prompt: list[int], answer: list[int], threads: int,
                 b.add(tok, start + j, 0, logits=start + j >= first_out)
             ctx.decode(b)
             if b.n_outputs:
-                argmax.extend(int(x) for x in np.argmax(ctx.logits_all(), axis=1))
-        return [a == t for a, t in zip(argmax, answer, strict=True)]
+                rows = ctx.logits_all()
+                argmax.extend(int(x) for x in np.argmax(rows, axis=1))
+                for k in range(0, len(rows), 64):  # 64 rows at a time: no 300 MB temporary
+                    part = rows[k:k + 64]
+                    top = np.max(part, axis=1, keepdims=True)  # top prob = 1 / sum(exp(l - max))
+                    conf.extend(float(x) for x in 1.0 / np.exp(part - top).sum(axis=1))
+        return [(a == t, c) for a, t, c in zip(argmax, answer, conf, strict=True)]
     finally:
         ctx.close()
