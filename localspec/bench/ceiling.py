@@ -189,8 +189,10 @@ class Answers(list):
     lookups stop before (tools.lookup_barrier) and each constrained answer's forced runs
     (tools.forced_runs) by prompt id."""
 
-    barrier: Container[int] = frozenset()
-    forced: dict[str, list[int]]
+    def __init__(self, rows: Sequence[tuple[str, list[int], list[int]]] = ()) -> None:
+        super().__init__(rows)
+        self.barrier: Container[int] = frozenset()
+        self.forced: dict[str, list[int]] = {}
 
 
 def greedy_answers(model: str, kinds: list[str] | None, n_predict: int, threads: int,
@@ -205,7 +207,6 @@ def greedy_answers(model: str, kinds: list[str] | None, n_predict: int, threads:
 
     sess = open_session(model, None, SessionOptions(threads=threads))
     out = Answers()
-    out.forced = {}
     try:
         out.barrier = tools.lookup_barrier(sess)
         for p in load_prompts(None, kinds, limit, half):
