@@ -73,11 +73,12 @@ def main(a: argparse.Namespace) -> int:
             by_kind[kind], fim = fim_answers(str(target), a.fim_holes, FIM_N_PREDICT, a.threads, a.half)
         elif kind not in by_kind:
             by_kind[kind] = greedy_answers(str(target), [kind], a.n_predict, a.threads, a.half)
-        answers = by_kind[kind]
         if kind != FIM_KIND:  # the draft's agreement is fitted on answers of -n tokens
-            answers_all += answers
-        barrier = tools.model_barrier(target, (t for _, pr, g in answers for t in (*pr, *g)))
-        per_kind[kind] = lookup_counts(answers, a.n_min, a.n_max, fim, barrier)
+            answers_all += by_kind[kind]
+    # the tokens the session's lookups stop before, among those the answers hold (one model load)
+    barrier = tools.model_barrier(target, (t for k in a.kinds for _, pr, g in by_kind[k] for t in (*pr, *g)))
+    for kind in a.kinds:
+        per_kind[kind] = lookup_counts(by_kind[kind], a.n_min, a.n_max, fim, barrier)
     if a.answers:
         saved: dict = {k: [list(x) for x in v] for k, v in by_kind.items()}
         Path(a.answers).write_text(json.dumps({**saved, "_fim_ids": list(fim)}), encoding="utf-8")
@@ -106,8 +107,7 @@ def main(a: argparse.Namespace) -> int:
                                                  f"{acc / max(t, 1):.2f}/{t:.0f}" for b, (acc, t) in enumerate(bins)))
         draft_entry = (f"{target.name}--{draft.name}", round(alpha, 4), bins)
     if a.simulate:
-        every = (t for k in a.kinds for _, pr, g in by_kind[k] for t in (*pr, *g))
-        _simulate(a, {k: by_kind[k] for k in a.kinds}, fim, tools.model_barrier(target, every))
+        _simulate(a, {k: by_kind[k] for k in a.kinds}, fim, barrier)
     if a.out:
         _merge(Path(a.out), _sorted(pooled), draft_entry, a)
         print(f"wrote {a.out}", file=sys.stderr)
