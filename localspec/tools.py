@@ -136,7 +136,7 @@ def forced_runs(sess: Any, spec: Any, answer: list[int]) -> list[int]:
     goes on with (decode/constraint_cost.forced_runs): `bench ceiling` on a constrained set."""
     from localspec.decode.constraint_cost import forced_runs as runs
 
-    return runs(sess.target_model, spec, answer)
+    return runs(sess.grammars.compiled(spec), answer)  # compiled once: the turn that wrote it did
 
 
 # ------------------------------------------------------------------ PARSE calibration

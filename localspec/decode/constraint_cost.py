@@ -69,12 +69,12 @@ def iteration_costs(model: Model, spec: ConstraintSpec, prompt: list[int], answe
     return out, base
 
 
-def forced_runs(model: Model, spec: ConstraintSpec, answer: list[int]) -> list[int]:
+def forced_runs(constraint: Constraint, answer: list[int]) -> list[int]:
     """runs[i]: how many answer tokens from position i on the grammar forces (its forced
     tokens, as the `grammar` drafter drafts them, that the answer goes on with): what
     `bench ceiling` adds to the lookups' drafts on a constrained answer. 0 where nothing is
     forced, or where the model wrote the forced text in other tokens than the grammar's."""
-    m = Constraint(spec, ll_tokenizer(model), model.n_vocab, eog_ids(model)).matcher()
+    m = constraint.matcher()
     runs = [0] * len(answer)
     for i, t in enumerate(answer):
         forced = m.forced(len(answer) - i)
