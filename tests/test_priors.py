@@ -269,7 +269,10 @@ def test_shipped_calibration_bins_are_read_with_thin_bins_left_at_their_confiden
     monkeypatch.setattr(priors, "shipped", lambda: {"draft_bins": {"t--d": rows, "bad--d": [["x", 1]]}})
     got = priors.draft_bins("t", "d", True)
     assert got is not None and len(got) == 10
-    assert got[5] == pytest.approx(0.55)  # 19 positions < BIN_MIN: the bin's confidence
+    assert got[5] is None  # 19 positions < BIN_MIN: the bin keeps its confidence
+    from localspec.costmodel.acceptance import Acceptance
+
+    assert Acceptance(bin_prior=got).accept_prob(0.55) == pytest.approx(0.55)
     assert got[6] == pytest.approx(0.8) and got[9] == pytest.approx(0.99)
     assert priors.draft_bins("t", "d", False) is None  # fitted at T = 0 only
     assert priors.draft_bins("bad", "d", True) is None and priors.draft_bins("x", "y", True) is None
@@ -278,7 +281,7 @@ def test_shipped_calibration_bins_are_read_with_thin_bins_left_at_their_confiden
 def test_the_shipped_file_calibrates_the_f16_pair():
     bins = priors.draft_bins("qwen2.5-coder-1.5b-instruct-f16-from-q4_k_m.gguf",
                              "qwen2.5-coder-0.5b-instruct-q4_0-from-q4_k_m.gguf", True)
-    assert bins is not None and len(bins) == 10 and all(0.0 <= b <= 1.0 for b in bins)
+    assert bins is not None and len(bins) == 10 and all(b is not None and 0.0 <= b <= 1.0 for b in bins)
     assert bins[-1] > 0.9  # a confident greedy draft is the target's almost always
     ctx = SimpleNamespace(model=SimpleNamespace(path=Path("qwen2.5-coder-1.5b-instruct-f16-from-q4_k_m.gguf")))
     dctx = SimpleNamespace(model=SimpleNamespace(path=Path("qwen2.5-coder-0.5b-instruct-q4_0-from-q4_k_m.gguf")))

@@ -35,10 +35,11 @@ class Acceptance:
     bin_accepted: list[float] = field(default_factory=lambda: [0.0] * N_BINS)
     bin_trials: list[float] = field(default_factory=lambda: [0.0] * N_BINS)
     # what a bin starts from before this pair's own evidence: the shipped calibration of the
-    # pair (costmodel/priors.draft_bins, fitted on the tuning half), else the bin's confidence.
+    # pair (costmodel/priors.draft_bins, fitted on the tuning half), else (None: no list, or a
+    # thinly fitted bin) the bin's confidence.
     # The confidence alone says 0.55 where the greedy 0.5B Q4_0 draft's token was the F16
     # 1.5B's 0.8 of the time: a first turn's drafts stopped after ~3 tokens at 91 % acceptance
-    bin_prior: list[float] | None = None
+    bin_prior: list[float | None] | None = None
 
     @property
     def alpha(self) -> float:
@@ -65,7 +66,8 @@ class Acceptance:
     def accept_prob(self, conf: float) -> float:
         """Calibrated chance that a token drafted at confidence `conf` is accepted."""
         b = _bin(conf)
-        start = self.bin_prior[b] if self.bin_prior is not None else (b + 0.5) / N_BINS
+        fitted = self.bin_prior[b] if self.bin_prior is not None else None
+        start = fitted if fitted is not None else (b + 0.5) / N_BINS
         return (self.bin_accepted[b] + BIN_PRIOR * start) / (self.bin_trials[b] + BIN_PRIOR)
 
     @staticmethod

@@ -115,23 +115,22 @@ def draft_alpha(target: str, draft: str, greedy: bool) -> float | None:
     return float(a) if isinstance(a, (int, float)) and 0.0 <= a <= 1.0 else None
 
 
-def draft_bins(target: str, draft: str, greedy: bool) -> list[float] | None:
+def draft_bins(target: str, draft: str, greedy: bool) -> list[float | None] | None:
     """The shipped acceptance calibration of this pair at T = 0: per draft-confidence bin
     (acceptance.N_BINS), how often the greedy draft's token was the target's, or None. A bin
-    fitted on fewer than BIN_MIN positions keeps its confidence (acceptance.py's default)."""
+    fitted on fewer than BIN_MIN positions is None: it keeps acceptance.py's default."""
     if not _enabled or not greedy:
         return None
     rows = (shipped().get("draft_bins") or {}).get(f"{target}--{draft}")
     if not isinstance(rows, list) or not rows:
         return None
-    out = []
-    for b, row in enumerate(rows):
-        mid = (b + 0.5) / len(rows)
+    out: list[float | None] = []
+    for row in rows:
         try:
             acc, n = float(row[0]), float(row[1])
         except (TypeError, ValueError, IndexError):
             return None
-        out.append(acc / n if n >= BIN_MIN else mid)
+        out.append(acc / n if n >= BIN_MIN else None)
     return out
 
 
