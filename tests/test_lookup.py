@@ -91,7 +91,9 @@ def test_the_turns_lookup_stops_at_the_models_control_tokens(smol):
     class _Turn:
         target_model = model
 
-    assert lookup_barrier(_Turn()) == ids
+    barrier = lookup_barrier(_Turn())  # what the turn's lookup is built with: the model's control tokens
+    assert im_end[0] in barrier and model.eos in barrier
+    assert not any(t in barrier for t in model.tokenize("def add(a, b):", parse_special=False))
     assert -1 not in ids and model.n_vocab + 5 not in ids
 
 

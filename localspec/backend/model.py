@@ -254,12 +254,6 @@ class ControlTokens:
     def __contains__(self, token: object) -> bool:
         return isinstance(token, int) and self._model.is_control(token)
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ControlTokens) and other._model is self._model
-
-    def __hash__(self) -> int:
-        return id(self._model)
-
 
 def check_vocab_compat(target: Model, draft: Model) -> None:
     """Raise VocabMismatchError unless the draft can speculate for the target.
