@@ -139,6 +139,9 @@ class GenConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     parse: ParseConfig = field(default_factory=ParseConfig)
     dynamic_draft: bool = True
+    # how many tokens ahead the dynamic draft length may price as one extension
+    # (costmodel/predict.CalibratedStop); 1 = the next token alone, the rule before stop 52
+    draft_lookahead: int = 8
     auto_K: bool = False  # K / L not given by the user: the cost model may choose them
     auto_L: bool = False
     # proposers in the order they are tried each iteration (None: the draft model when there

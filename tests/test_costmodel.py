@@ -92,6 +92,22 @@ def test_calibrated_stop_drafts_while_the_expected_gain_beats_the_marginal_cost(
     assert cm.draft_stop(best).seconds_per_token == pytest.approx(1.0 / best.tok_per_s)
 
 
+def test_calibrated_stop_looks_past_a_step_of_the_verify_curve() -> None:
+    # a staircase: the 5th verify row costs 30 ms, the next seven 10 ms together (CPU kernels
+    # work in blocks of rows); one more draft token at depth 4 costs 10 + 30 ms
+    stair = CostCurve([1, 4, 5, 12], [0.070, 0.085, 0.115, 0.125])
+    cm = CostModel(stair, linear(0.010, 0.010), acceptance=Acceptance(accepted=90.0, trials=100.0))
+    stop = CalibratedStop(cm, K=1, seconds_per_token=0.040)
+    # the next token alone: 0.9 x 40 ms = 36 ms < 40 ms; with the one after it (at the pair's
+    # 0.885): 36 + 31.9 ms > two draft steps + rows 5-6 (20 + 31.4 ms): it drafts on
+    assert stop.worth(4, 0.9)
+    assert not stop.worth(4, 0.5)  # no extension pays at half the chance
+    # on a curve without steps the next row decides alone: the lookahead changes nothing
+    flat = CalibratedStop(CostModel(linear(0.070, 0.005), linear(0.010, 0.010),
+                                    acceptance=Acceptance(accepted=99.0, trials=100.0)), K=1, seconds_per_token=0.040)
+    assert flat.worth(2, 0.38) and not flat.worth(2, 0.37)  # 15 ms per token: p x 40 ms against it
+
+
 def test_auto_shortens_drafts_only_where_that_stays_exact() -> None:
     """The dynamic length is exact for single drafts and at T = 0; with K >= 2 drafts at
     T > 0 a JOINT length biases mdbv (tests/test_verify_exact.py), so there each draft ends
@@ -229,3 +245,19 @@ def test_measure_times_every_block_size_and_lets_a_cheaper_bigger_batch_win(monk
     assert c(9) == pytest.approx(cost[9]) and c(8) == pytest.approx(cost[9])  # 8 costs what 9 does
     assert c(7) == pytest.approx(cost[7]) and c(10) == pytest.approx(cost[10])
     assert all(b >= a for a, b in zip(c.seconds, c.seconds[1:], strict=False))
+
+
+def test_auto_myopic_is_auto_with_the_next_token_rule() -> None:
+    """bench speed's `auto-myopic` column: the same auto, its draft length priced on the next
+    token alone (GenConfig.draft_lookahead 1), so the lookahead is measured side by side."""
+    import argparse
+
+    from localspec.bench.speed import parse_grid
+
+    cols = {s.label: s for s in parse_grid(["auto", "auto-myopic"], [])}
+    assert set(cols) == {"ar", "auto", "auto myopic"}
+    a = argparse.Namespace(n_predict=16, draft_temp=None)
+    assert cols["auto"].gen(a, 0).draft_lookahead == 8 and cols["auto myopic"].gen(a, 0).draft_lookahead == 1
+    cm = CostModel(linear(0.070, 0.005), linear(0.010, 0.010))
+    assert cm.draft_stop(cm.predict("sd", 1, 8), lookahead=1).lookahead == 1
+

@@ -47,6 +47,7 @@ class Spec:
     hint: bool = False  # auto's draft hint (--draft-hint)
     cold: bool = False  # auto without the shipped priors (costmodel/priors.py): `auto-cold`
     predict: bool = False  # the prompt's quoted text as OpenAI's `prediction` (quoted_text): `auto-pred`
+    myopic: bool = False  # the draft length decided on the next token alone (draft_lookahead 1): `auto-myopic`
 
     @property
     def label(self) -> str:
@@ -57,7 +58,7 @@ class Spec:
             return f"{PEER}{via} n_max={self.L}"
         if self.method == "auto":
             return (("auto" if self.free else f"auto K={self.K} L<={self.L}") + via + (" hint" if self.hint else "")
-                    + (" cold" if self.cold else "") + (" pred" if self.predict else ""))
+                    + (" cold" if self.cold else "") + (" pred" if self.predict else "") + (" myopic" if self.myopic else ""))
         return f"{self.method}{via} K={self.K} L={self.L}"
 
     def gen(self, a: argparse.Namespace, seed: int, constraint: ConstraintSpec | None = None,
@@ -72,6 +73,7 @@ class Spec:
             draft_temp=a.draft_temp, sampling=SamplingConfig(temp=self.T), auto_K=free, auto_L=free,
             spec_type=tuple(self.proposers.split(",")) if self.proposers else None, draft_hint=self.hint,
             constraint=constraint, prediction=quoted_text(prompt) if self.predict else None,
+            draft_lookahead=1 if self.myopic else GenConfig.draft_lookahead,
         )  # fmt: skip
 
 

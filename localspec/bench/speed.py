@@ -38,10 +38,11 @@ def parse_grid(methods: list[str], grid: list[str], T: float = 0.0) -> list[Spec
         m, _, via = token.partition("+")  # "sd+ngram": sd with --spec-type ngram
         if m == "ar":
             continue
-        if m in ("auto", "auto-hint", "auto-cold", "auto-pred"):  # auto-hint: --draft-hint; auto-cold: no
-            # shipped priors; auto-pred: the prompt's quoted text as its `prediction`
+        if m in ("auto", "auto-hint", "auto-cold", "auto-pred", "auto-myopic"):  # auto-hint: --draft-hint;
+            # auto-cold: no shipped priors; auto-pred: the prompt's quoted text as its `prediction`;
+            # auto-myopic: the draft length decided on the next token alone (GenConfig.draft_lookahead 1)
             out.append(Spec("auto", 1, 8, T, free=True, proposers=via, hint=m == "auto-hint", cold=m == "auto-cold",
-                            predict=m == "auto-pred"))
+                            predict=m == "auto-pred", myopic=m == "auto-myopic"))
             continue
         for g in grid:
             K, L = (int(v) for v in g.split(":"))
@@ -302,7 +303,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="methods to compare with AR: auto, sd, gbv, spectr, spectr-gbv, mdbv, and dyn "
                         "(auto held to each grid K, L the cap of its dynamic length); auto-hint is auto "
                         "with --draft-hint, auto-cold auto without the shipped priors, auto-pred auto given the prompt's quoted "
-                        "text (after its first blank line) as OpenAI's `prediction`; METHOD+SPEC-TYPE names who drafts (sd+ngram, auto+ngram,draft)")
+                        "text (after its first blank line) as OpenAI's `prediction`, auto-myopic auto whose draft length looks at the "
+                        "next token only; METHOD+SPEC-TYPE names who drafts (sd+ngram, auto+ngram,draft)")
     p.add_argument("--grid", nargs="+", default=["1:8", "3:6"], help="K:L settings for explicit methods")
     p.add_argument("--prompts", default=None, help="JSONL prompts file (default: shipped code/chat/math set)")
     p.add_argument("--kinds", nargs="*", default=None,

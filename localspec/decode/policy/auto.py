@@ -113,7 +113,7 @@ def _decide(cm: CostModel, turn: Turn) -> SpecSettings | None:
         f"{best.method} K={best.K} L<={cap} dynamic{' per draft' if per_draft else ''} "
         f"(alpha={cm.acceptance.alpha:.2f}, predicted {best.tok_per_s / ar:.2f}x AR at L={best.L}){priced}"
     )
-    return SpecSettings(best.method, best.K, cap, cm.draft_stop(best, per_draft), per_draft)
+    return SpecSettings(best.method, best.K, cap, cm.draft_stop(best, per_draft, turn.cfg.draft_lookahead), per_draft)
 
 
 def _could_pay(cm: CostModel, turn: Turn | None = None) -> bool:
