@@ -32,7 +32,7 @@ from typing import IO
 
 from localspec.bench.common import machine_info, write_json
 from localspec.bench.fim_holes import Hole, cut_holes
-from localspec.bench.fim_rhythm import run_rhythm, sample, table_lines, wait_idle
+from localspec.bench.fim_rhythm import answer_free, run_rhythm, sample, table_lines, wait_idle
 from localspec.bench.peer import peer_tool
 from localspec.bench.serve import _free_port, _pct, _wait_ready, start_server, stop_server
 
@@ -59,6 +59,7 @@ class Row:
         toks = sum(x["tokens"] for x in s)
         out = {"server": self.server, "skipped": self.skipped, "command": shlex.join(self.command),
                "holes": len(s), "latency_p50_ms": _pct(lat, 0.5) * 1e3, "latency_p95_ms": _pct(lat, 0.95) * 1e3,
+               "free_p50_ms": _pct(answer_free(s), 0.5) * 1e3,
                "tok_per_s": toks / sum(lat) if lat and sum(lat) > 0 else 0.0,
                "exact": sum(x["exact"] for x in s) / len(s) if s else 0.0,
                "by_kind": {k: sum(x["exact"] for x in s if x["kind"] == k) for k in ("line", "lines", "block")},
@@ -230,14 +231,17 @@ def bench_servers(servers: list[str], a: argparse.Namespace, holes: list[Hole]) 
 def table(rows: list[dict]) -> str:
     best = min((r["latency_p50_ms"] for r in rows if not r["skipped"] and r["server"].startswith("llama-server")),
                default=0.0)
-    lines = [f"{'server':26} {'holes':>5} {'p50':>8} {'p95':>8} {'tok/s':>6} {'exact':>6} {'vs best srv':>11}"]
+    lines = [f"{'server':26} {'holes':>5} {'p50':>8} {'p95':>8} {'tok/s':>6} {'exact':>6} {'vs best srv':>11} "
+             f"{'no answer':>9} {'bound':>6}"]
     for r in rows:
         if r["skipped"]:
             lines.append(f"{r['server']:26} skipped: {r['skipped']}")
             continue
         x = f"{r['latency_p50_ms'] / best:.2f}x" if best > 0 else "-"
+        free = r.get("free_p50_ms", 0.0)  # the p50 had every answer cost nothing (fim_rhythm.answer_free)
+        bound = f"{free / best:.2f}x" if best > 0 else "-"
         lines.append(f"{r['server']:26} {r['holes']:>5} {r['latency_p50_ms']:>6.0f}ms {r['latency_p95_ms']:>6.0f}ms "
-                     f"{r['tok_per_s']:>6.1f} {r['exact']:>6.0%} {x:>11}")
+                     f"{r['tok_per_s']:>6.1f} {r['exact']:>6.0%} {x:>11} {free:>7.0f}ms {bound:>6}")
     for r in rows:
         ty = r.get("typing")
         if ty:

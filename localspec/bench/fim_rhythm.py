@@ -52,8 +52,17 @@ def sample(hole: Hole, typed: int, got: dict, latency: float) -> dict:
     return {"id": hole.id, "kind": hole.kind, "typed": typed, "latency": latency,
             "tokens": got.get("tokens_predicted", 0), "exact": content.rstrip() == hole.middle[typed:].rstrip(),
             "prompt_ms": timings.get("prompt_ms", 0.0), "prompt_n": timings.get("prompt_n", 0),
+            "predicted_ms": timings.get("predicted_ms", 0.0),
             "drafted": timings.get("draft_n", 0), "accepted": timings.get("draft_n_accepted", 0),
             "ran": got.get("localspec", {}).get("ran"), "content": content}
+
+
+def answer_free(samples: list[dict]) -> list[float]:
+    """Each request's latency less its server's decoding time (`predicted_ms`): what the
+    client would have waited had the answer cost nothing -- the prompt, a wait for a
+    prefetch, the HTTP round trip. Its p50 is a bound no drafter can go below: the FIM
+    goal's 0.7x llama-server is out of reach wherever this alone is above it."""
+    return [max(s["latency"] - s.get("predicted_ms", 0.0) / 1e3, 0.0) for s in samples]
 
 
 def wait_idle(port: int, timeout: float = 120.0) -> None:
@@ -116,23 +125,30 @@ class Rhythm:
         return {"holes": len(self.cold), "requests": len(self.warm), "words": self.words, "pause_ms_per_char": self.pause * 1e3,
                 "warm_p50_ms": _pct(lat, 0.5) * 1e3, "warm_p95_ms": _pct(lat, 0.95) * 1e3,
                 "cold_p50_ms": _pct([s["latency"] for s in self.cold], 0.5) * 1e3,
+                "free_p50_ms": _pct(answer_free(self.warm), 0.5) * 1e3,
+                "cold_free_p50_ms": _pct(answer_free(self.cold), 0.5) * 1e3,
                 "exact": sum(s["exact"] for s in self.warm) / len(self.warm) if self.warm else 0.0,
                 "prompt_share": (sum(s["prompt_ms"] for s in self.warm) / 1e3 / sum(lat)) if lat and sum(lat) > 0 else 0.0,
                 "cold": self.cold, "warm": self.warm}
 
 
 def table_lines(rows: list[dict]) -> list[str]:
-    """The rhythm's lines of bench fim's table: warm latency per server, vs llama-server's best."""
+    """The rhythm's lines of bench fim's table: warm latency per server, vs llama-server's
+    best; `no answer`: the p50 with each answer's decoding taken out (answer_free), and
+    that bound against the same best."""
     have = [r for r in rows if not r["skipped"] and r.get("rhythm") and r["rhythm"]["requests"]]
     if not have:
         return []
     best = min((r["rhythm"]["warm_p50_ms"] for r in have if r["server"].startswith("llama-server")), default=0.0)
     out = ["", f"editor rhythm: each hole asked at the cursor, then after each of its first {have[0]['rhythm']['words']} "
                "typed words (warm requests)",
-           f"{'server':26} {'warm':>5} {'p50':>8} {'p95':>8} {'exact':>6} {'prompt':>7} {'cold p50':>9} {'vs best srv':>11}"]
+           f"{'server':26} {'warm':>5} {'p50':>8} {'p95':>8} {'exact':>6} {'prompt':>7} {'cold p50':>9} {'vs best srv':>11}"
+           f" {'no answer':>9} {'bound':>6}"]
     for r in have:
         y = r["rhythm"]
         x = f"{y['warm_p50_ms'] / best:.2f}x" if best > 0 else "-"
+        free = y.get("free_p50_ms", 0.0)
+        bound = f"{free / best:.2f}x" if best > 0 else "-"
         out.append(f"{r['server']:26} {y['requests']:>5} {y['warm_p50_ms']:>6.0f}ms {y['warm_p95_ms']:>6.0f}ms "
-                   f"{y['exact']:>6.0%} {y['prompt_share']:>7.0%} {y['cold_p50_ms']:>7.0f}ms {x:>11}")
+                   f"{y['exact']:>6.0%} {y['prompt_share']:>7.0%} {y['cold_p50_ms']:>7.0f}ms {x:>11} {free:>7.0f}ms {bound:>6}")
     return out
