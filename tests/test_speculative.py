@@ -318,3 +318,39 @@ def test_draft_stop_weighs_the_whole_path_not_the_last_token(smollm2_q4_0_path):
     # each depth is asked twice: before the decode (best case) and after it (its real row)
     assert [d for d, _ in stop.seen] == [2, 2, 3, 3, 4]
     assert stop.seen[-1][1] == pytest.approx(0.8**4)
+
+
+def test_the_draft_models_prompt_is_prompt_time(same_pair, monkeypatch):
+    """A method that drafts with the draft model from its first iteration evaluates the
+    draft's copy of the prompt before that iteration, on the prompt's clock (llama.cpp's
+    speculative example counts its draft's prompt there too: bench speed compares the same
+    span). The first draft then has no prompt left to catch up; the answer is unchanged."""
+    from localspec.decode import turn as turn_mod
+    from localspec.decode.drafters import model as drafter_mod
+
+    prompt = "Here is a list of fruits: apple, banana, cherry, date, elderberry, fig, grape. " * 6
+    ar = gen(same_pair, prompt, method="ar", n_predict=16)[-1]
+    same_pair.reset()  # the draft's KV holds nothing of this prompt
+    seen: dict[str, int] = {}
+    behind_at_first_draft: list[int] = []
+    prefill = turn_mod.Turn.prefill_draft
+
+    def spy_prefill(self):
+        seen["behind"] = len(self.target.committed) - len(self.draft.tokens)
+        before = self.stats.prompt_seconds
+        prefill(self)
+        seen["prompt_grew"] = int(self.stats.prompt_seconds > before)
+
+    real_propose = drafter_mod.propose
+
+    def spy_propose(dft, *a, **kw):
+        if not behind_at_first_draft:
+            behind_at_first_draft.append(len(dft.pending))
+        return real_propose(dft, *a, **kw)
+
+    monkeypatch.setattr(turn_mod.Turn, "prefill_draft", spy_prefill)
+    monkeypatch.setattr(drafter_mod, "propose", spy_propose)
+    done = gen(same_pair, prompt, method="sd", K=1, L=4, n_predict=16)[-1]
+    assert seen["behind"] > 100 and seen["prompt_grew"] == 1  # the whole prompt, on the prompt's clock
+    assert behind_at_first_draft == [1]  # the first draft evaluates only the last committed token
+    assert done.text == ar.text

@@ -283,6 +283,8 @@ def speculative_loop(turn: Turn) -> Iterator[Event]:
     cfg = turn.cfg
     kinds = ",".join(cfg.proposers) if cfg.proposers != ("draft",) else ""
     turn.stats.ran = f"{turn.method} K={cfg.K} L={cfg.L}" + (f" {kinds}" if kinds else "")
+    if "draft" in cfg.parts:
+        turn.prefill_draft()  # the draft model's prompt: prompt time, as llama.cpp counts it
     yield from run_blocks(turn, SpecSettings(turn.method, cfg.K, cfg.L))
 
 

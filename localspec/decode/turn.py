@@ -55,6 +55,22 @@ class Turn:
         if self.answer_start < 0:  # the prompt is committed when a turn starts (KVState.sync)
             self.answer_start = len(self.target.committed)
 
+    def prefill_draft(self) -> None:
+        """Evaluate the draft model's copy of the prompt now, before the first iteration, and
+        count it as prompt time (out of the decode clock): llama.cpp's speculative example
+        evaluates its draft's prompt before its decode clock starts, so `bench speed` compares
+        the same span; the server's timings and the stats line say the same. Called by a loop
+        that drafts with the draft model from its first iteration (a fixed method, or auto
+        starting in a model phase); a later switch to the draft catches up inside the decode.
+        Each iteration's draft then evaluates only what the target committed since."""
+        if self.draft is None or self.should_stop():
+            return
+        t0 = time.perf_counter()
+        self.draft.sync(self.target.committed, self.stop_flag)
+        spent = time.perf_counter() - t0
+        self.stats.prompt_seconds += spent
+        self.t_start += spent
+
     def should_stop(self) -> bool:
         """The loop ends at the next iteration boundary when the user asked or text ended."""
         return self.emitter.done is not None or self.stop_flag.is_set()
