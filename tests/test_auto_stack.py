@@ -55,6 +55,23 @@ def smollm2_q2k_path(smollm2_path, tmp_path_factory):
                     progress=False, pure=True)
 
 
+def assert_targets_answer(s, target_path, ref_events, events) -> None:
+    """The text is the target's greedy answer (AR's), up to llama.cpp's batch numerics: a
+    verification evaluates positions in other batch shapes than AR, and an argmax may flip
+    where two logits nearly tie (docs/design.md#numerics) -- any divergence must be one."""
+    from localspec.events import Accepted, Written
+    from tests.test_speculative import first_divergence_gap
+
+    def tokens(evs) -> list[int]:
+        return [t for e in evs if isinstance(e, Accepted | Written) for t in e.tokens]
+
+    if events[-1].text == ref_events[-1].text:
+        return
+    prompt = s._prompt_tokens(s.template.render(EDIT))
+    gap = first_divergence_gap(None, target_path, tokens(ref_events), tokens(events), prompt)
+    assert gap is not None and gap < 1.0, f"diverged from AR's greedy answer with a logit gap of {gap}"
+
+
 def _auto(smollm2_path, draft_path, monkeypatch, tmp_path, target_curve: CostCurve, **kw):
     from localspec import costmodel
     from tests.support.helpers import session
@@ -68,7 +85,7 @@ def _auto(smollm2_path, draft_path, monkeypatch, tmp_path, target_curve: CostCur
                         lambda ctx: cheap if ctx.model.path == draft_path else target_curve)
     monkeypatch.setattr(CostCurve, "observe", lambda self, n, sec: None)  # the curves stay as given
     s = session(smollm2_path, draft_path)
-    ref = list(s.generate(EDIT, greedy("ar")))[-1]
+    ref = list(s.generate(EDIT, greedy("ar")))
     kw = {"auto_K": True, "auto_L": True} | kw
     cfg = GenConfig(method="auto", n_predict=96, seed=1, sampling=SamplingConfig(temp=0.0), **kw)
     events = list(s.generate(EDIT, cfg))
@@ -87,7 +104,7 @@ def test_auto_stacks_where_the_verify_rows_are_nearly_free(smollm2_path, smollm2
     s, ref, events, cfg = _auto(smollm2_path, smollm2_q2k_path, monkeypatch, tmp_path, flat, spec_type=spec_type)
     done = events[-1]
     st = done.stats
-    assert done.text == ref.text
+    assert_targets_answer(s, smollm2_path, ref, events)
     assert st.stacked > 0 and "stacks" in st.ran, (st.ran, st.stacked)
     assert st.stacked < st.iterations  # not every one: first the gain has to be learned
     assert st.target_calls == st.iterations < st.n_tokens
@@ -114,7 +131,7 @@ def test_auto_does_not_stack_where_verified_rows_cost_more_than_they_add(smollm2
     steep = CostCurve([1, 64], [0.010, 0.100])
     s, ref, events, cfg = _auto(smollm2_path, smollm2_q2k_path, monkeypatch, tmp_path, steep)
     st = events[-1].stats
-    assert events[-1].text == ref.text
+    assert_targets_answer(s, smollm2_path, ref, events)
     assert st.ran.startswith("sd") and st.drafted > 0, st.ran  # the draft model drafted
     assert any(s.costs.lookup.stack_gain(k) > 0 for k in s.costs.lookup.gain)
     assert st.stacked == 0 and "stacks" not in st.ran, st.ran
@@ -128,7 +145,7 @@ def test_auto_with_a_chain_asked_for_drafts_one_proposer_per_iteration(smollm2_p
     s, ref, events, cfg = _auto(smollm2_path, smollm2_q2k_path, monkeypatch, tmp_path, flat,
                            spec_type=("ngram", "draft"))
     st = events[-1].stats
-    assert events[-1].text == ref.text
+    assert_targets_answer(s, smollm2_path, ref, events)
     assert st.drafted > 0 and st.stacked == 0 and "stacks" not in st.ran, st.ran
 
 

@@ -52,7 +52,7 @@ def paying_cost_model_with_cutoff(sess, monkeypatch, p_min: float) -> list[tuple
     sess.costs = CostModel(CostCurve([1, 64], [0.010, 0.020]), cheap, acceptance=Acceptance(prior=0.9))
     sess.costs.acceptance_path = None
     monkeypatch.setattr(costmodel, "model_for", lambda *a, **k: sess.costs)
-    monkeypatch.setattr(CostModel, "draft_stop", lambda self, best, per_draft=False: FixedCutoff(p_min))
+    monkeypatch.setattr(CostModel, "draft_stop", lambda self, best, per_draft=False, lookahead=8: FixedCutoff(p_min))
     shapes: list[tuple[int, ...]] = []
     real = proposer.propose
 
