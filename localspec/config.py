@@ -57,6 +57,7 @@ def one_draft_verifier(greedy: bool) -> str:
 # batch they need: localspec.settings.batch_minimum)
 AUTO_MAX_K = 4
 AUTO_MAX_L = 16
+DRAFT_LOOKAHEAD = 8  # tokens ahead the dynamic draft length prices as one extension (GenConfig.draft_lookahead)
 SPECULATIVE = tuple(m.name for m in METHOD_TABLE.values() if m.verifier)  # K x L drafts + a verifier
 
 # who writes the drafts (`--spec-type`, llama.cpp's flag; its names are accepted too): the
@@ -141,7 +142,7 @@ class GenConfig:
     dynamic_draft: bool = True
     # how many tokens ahead the dynamic draft length may price as one extension
     # (costmodel/predict.CalibratedStop); 1 = the next token alone, the rule before stop 52
-    draft_lookahead: int = 8
+    draft_lookahead: int = DRAFT_LOOKAHEAD
     auto_K: bool = False  # K / L not given by the user: the cost model may choose them
     auto_L: bool = False
     # proposers in the order they are tried each iteration (None: the draft model when there

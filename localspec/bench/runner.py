@@ -19,7 +19,7 @@ from pathlib import Path
 
 from localspec.bench import peer
 from localspec.bench.common import Prompt
-from localspec.config import GenConfig, SamplingConfig
+from localspec.config import DRAFT_LOOKAHEAD, GenConfig, SamplingConfig
 from localspec.constrain.spec import ConstraintSpec
 from localspec.events import Done, Event
 from localspec.session import Prompt as SessionPrompt
@@ -73,7 +73,7 @@ class Spec:
             draft_temp=a.draft_temp, sampling=SamplingConfig(temp=self.T), auto_K=free, auto_L=free,
             spec_type=tuple(self.proposers.split(",")) if self.proposers else None, draft_hint=self.hint,
             constraint=constraint, prediction=quoted_text(prompt) if self.predict else None,
-            draft_lookahead=1 if self.myopic else GenConfig.draft_lookahead,
+            draft_lookahead=1 if self.myopic else DRAFT_LOOKAHEAD,
         )  # fmt: skip
 
 

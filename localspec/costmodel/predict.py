@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from localspec.config import AUTO_MAX_K, AUTO_MAX_L, GenConfig
+from localspec.config import AUTO_MAX_K, AUTO_MAX_L, DRAFT_LOOKAHEAD, GenConfig
 from localspec.costmodel.acceptance import Acceptance
 from localspec.costmodel.curves import CostCurve
 
@@ -42,7 +42,7 @@ class CalibratedStop:
     K: int
     seconds_per_token: float
     per_draft: bool = False  # asked about one draft's next token (its share of a step)
-    lookahead: int = 8  # tokens ahead one extension may run (GenConfig.draft_lookahead)
+    lookahead: int = DRAFT_LOOKAHEAD  # tokens ahead one extension may run (GenConfig.draft_lookahead)
 
     def accept_prob(self, conf: float) -> float:
         return self.model.acceptance.accept_prob(conf)
@@ -181,7 +181,7 @@ class CostModel:
         best = max(self.candidates(cfg), key=lambda p: p.tok_per_s)
         return (best if best.tok_per_s > MARGIN * ar else None), ar
 
-    def draft_stop(self, best: Prediction, per_draft: bool = False, lookahead: int = 8) -> CalibratedStop:
+    def draft_stop(self, best: Prediction, per_draft: bool = False, lookahead: int = DRAFT_LOOKAHEAD) -> CalibratedStop:
         """The dynamic-length rule for the chosen setting (valued at its predicted rate)."""
         return CalibratedStop(self, best.K, 1.0 / best.tok_per_s, per_draft, lookahead)
 
