@@ -335,10 +335,10 @@ def test_the_draft_models_prompt_is_prompt_time(same_pair, monkeypatch):
     behind_at_first_draft: list[int] = []
     prefill = turn_mod.Turn.prefill_draft
 
-    def spy_prefill(self):
-        seen["behind"] = len(self.target.committed) - len(self.draft.tokens)
+    def spy_prefill(self, drafter):
+        seen["behind"] = len(self.target.committed) - len(drafter.draft.tokens)
         before = self.stats.prompt_seconds
-        prefill(self)
+        prefill(self, drafter)
         seen["prompt_grew"] = int(self.stats.prompt_seconds > before)
 
     real_propose = drafter_mod.propose

@@ -283,12 +283,12 @@ def speculative_loop(turn: Turn) -> Iterator[Event]:
     cfg = turn.cfg
     kinds = ",".join(cfg.proposers) if cfg.proposers != ("draft",) else ""
     turn.stats.ran = f"{turn.method} K={cfg.K} L={cfg.L}" + (f" {kinds}" if kinds else "")
-    if "draft" in cfg.parts:
-        turn.prefill_draft()  # the draft model's prompt: prompt time, as llama.cpp counts it
-    yield from run_blocks(turn, SpecSettings(turn.method, cfg.K, cfg.L))
+    drafter = make_drafter(turn)
+    turn.prefill_draft(drafter)  # the draft model's prompt (if one drafts): prompt time, as llama.cpp counts it
+    yield from run_blocks(turn, SpecSettings(turn.method, cfg.K, cfg.L), drafter)
 
 
-def run_blocks(turn: Turn, st: SpecSettings) -> Iterator[Event]:
+def run_blocks(turn: Turn, st: SpecSettings, drafter: Drafter | None = None) -> Iterator[Event]:
     """Speculative iterations with fixed settings until the turn stops (also PARSE's
-    `--parse-resume spec` finish)."""
-    yield from drive(turn, FixedPolicy(st, make_drafter(turn)))
+    `--parse-resume spec` finish), by `drafter` (default: the turn's, make_drafter)."""
+    yield from drive(turn, FixedPolicy(st, drafter if drafter is not None else make_drafter(turn)))

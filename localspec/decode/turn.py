@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +19,9 @@ from localspec.decode.emitter import Emitter
 from localspec.decode.state import KVState
 from localspec.events import Stats, StatsUpdate
 from localspec.stopflag import StopFlag
+
+if TYPE_CHECKING:
+    from localspec.decode.drafters.base import Drafter
 
 
 @dataclass
@@ -55,18 +59,20 @@ class Turn:
         if self.answer_start < 0:  # the prompt is committed when a turn starts (KVState.sync)
             self.answer_start = len(self.target.committed)
 
-    def prefill_draft(self) -> None:
-        """Evaluate the draft model's copy of the prompt now, before the first iteration, and
-        count it as prompt time (out of the decode clock): llama.cpp's speculative example
-        evaluates its draft's prompt before its decode clock starts, so `bench speed` compares
-        the same span; the server's timings and the stats line say the same. Called by a loop
-        that drafts with the draft model from its first iteration (a fixed method, or auto
-        starting in a model phase); a later switch to the draft catches up inside the decode.
-        Each iteration's draft then evaluates only what the target committed since."""
-        if self.draft is None or self.should_stop():
+    def prefill_draft(self, drafter: Drafter) -> None:
+        """Evaluate the prompt in the KV of the model `drafter` drafts with (`Drafter.draft`:
+        the draft model's; None for a lookup or the target's MTP head) now, before the first
+        iteration, and count it as prompt time (out of the decode clock): llama.cpp's
+        speculative example evaluates its draft's prompt before its decode clock starts, so
+        `bench speed` compares the same span; the server's timings and the stats line say the
+        same. Called by a loop whose first iteration drafts with `drafter` (a fixed method, or
+        auto starting in a model phase); a later switch to the draft catches up inside the
+        decode. Each iteration's draft then evaluates only what the target committed since."""
+        kv = drafter.draft
+        if kv is None or self.should_stop():
             return
         t0 = time.perf_counter()
-        self.draft.sync(self.target.committed, self.stop_flag)
+        kv.sync(self.target.committed, self.stop_flag)
         spent = time.perf_counter() - t0
         self.stats.prompt_seconds += spent
         self.t_start += spent

@@ -309,8 +309,8 @@ def auto_policy(turn: Turn) -> AutoPolicy:
     stacks = (AutoStack(turn, lookup, model, cm.lookup)  # type: ignore[arg-type]
               if may_stack and lookup is not None and AutoStack.possible(turn, model) else None)
     policy = AutoPolicy(turn, cm, model, lookup, stacks)
-    if policy.settings is not None and model is not None and model.name == "draft":
-        turn.prefill_draft()  # a model phase from the start: the draft's prompt is prompt time
+    if policy.settings is not None and model is not None:
+        turn.prefill_draft(model)  # a model phase from the start: the draft's prompt is prompt time
     if model is None:  # the runtime's note says why when there is a draft model (still timing)
         why = turn.stats.choice_note or "no draft model"
         turn.stats.choice_note = f"{why}: prompt lookup where it pays, else plain decoding"
