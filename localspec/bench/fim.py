@@ -32,7 +32,14 @@ from typing import IO
 
 from localspec.bench.common import machine_info, write_json
 from localspec.bench.fim_holes import Hole, cut_holes
-from localspec.bench.fim_rhythm import answer_free, run_rhythm, sample, table_lines, wait_idle
+from localspec.bench.fim_rhythm import (
+    answer_free,
+    bound_cells,
+    run_rhythm,
+    sample,
+    table_lines,
+    wait_idle,
+)
 from localspec.bench.peer import peer_tool
 from localspec.bench.serve import _free_port, _pct, _wait_ready, start_server, stop_server
 
@@ -238,10 +245,8 @@ def table(rows: list[dict]) -> str:
             lines.append(f"{r['server']:26} skipped: {r['skipped']}")
             continue
         x = f"{r['latency_p50_ms'] / best:.2f}x" if best > 0 else "-"
-        free = r.get("free_p50_ms", 0.0)  # the p50 had every answer cost nothing (fim_rhythm.answer_free)
-        bound = f"{free / best:.2f}x" if best > 0 else "-"
         lines.append(f"{r['server']:26} {r['holes']:>5} {r['latency_p50_ms']:>6.0f}ms {r['latency_p95_ms']:>6.0f}ms "
-                     f"{r['tok_per_s']:>6.1f} {r['exact']:>6.0%} {x:>11} {free:>7.0f}ms {bound:>6}")
+                     f"{r['tok_per_s']:>6.1f} {r['exact']:>6.0%} {x:>11} {bound_cells(r.get('free_p50_ms', 0.0), best)}")
     for r in rows:
         ty = r.get("typing")
         if ty:

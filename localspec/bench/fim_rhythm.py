@@ -65,6 +65,12 @@ def answer_free(samples: list[dict]) -> list[float]:
     return [max(s["latency"] - s.get("predicted_ms", 0.0) / 1e3, 0.0) for s in samples]
 
 
+def bound_cells(free_ms: float, best_ms: float) -> str:
+    """The table's `no answer` p50 and its `bound` against llama-server's best p50 (both tables)."""
+    bound = f"{free_ms / best_ms:.2f}x" if best_ms > 0 else "-"
+    return f"{free_ms:>7.0f}ms {bound:>6}"
+
+
 def wait_idle(port: int, timeout: float = 120.0) -> None:
     """Until no slot of a localspec server at `port` evaluates a guessed prompt (so that no
     server's background work overlaps another's requests)."""
@@ -147,8 +153,7 @@ def table_lines(rows: list[dict]) -> list[str]:
     for r in have:
         y = r["rhythm"]
         x = f"{y['warm_p50_ms'] / best:.2f}x" if best > 0 else "-"
-        free = y.get("free_p50_ms", 0.0)
-        bound = f"{free / best:.2f}x" if best > 0 else "-"
         out.append(f"{r['server']:26} {y['requests']:>5} {y['warm_p50_ms']:>6.0f}ms {y['warm_p95_ms']:>6.0f}ms "
-                   f"{y['exact']:>6.0%} {y['prompt_share']:>7.0%} {y['cold_p50_ms']:>7.0f}ms {x:>11} {free:>7.0f}ms {bound:>6}")
+                   f"{y['exact']:>6.0%} {y['prompt_share']:>7.0%} {y['cold_p50_ms']:>7.0f}ms {x:>11} "
+                   f"{bound_cells(y.get('free_p50_ms', 0.0), best)}")
     return out
