@@ -145,6 +145,9 @@ class Stats:
     # target pass, seconds per pass); (1.0, 1.0, an AR step) when it chose AR. A bench sets
     # this promise beside what it measured.
     predicted: list[tuple[float, float, float]] = field(default_factory=list)
+    # auto: the tokens and seconds the cost model expected of the iterations it ran, each
+    # priced before the target verified it (costmodel/forecast.py); [] when nothing was priced
+    forecast: list[float] = field(default_factory=list)
     # of `drafted`, per proposer other than the draft model ("ngram", "suffix": no model call;
     # "mtp": the target's own head): (tokens it drafted, tokens the target accepted); the
     # draft model's are the rest
@@ -243,6 +246,7 @@ class Stats:
         s.position_accepts = list(self.position_accepts)
         s.position_trials = list(self.position_trials)
         s.predicted = list(self.predicted)
+        s.forecast = list(self.forecast)
         s.proposed = dict(self.proposed)
         return s
 
@@ -275,6 +279,8 @@ class Stats:
             "seconds": self.seconds,
             "timing_seconds": self.timing_seconds,
             "tok_per_s": self.tok_per_s,
+            # auto: [expected tokens, seconds] of the iterations it ran (costmodel/forecast.py)
+            "forecast": list(self.forecast) or None,
         }
 
 
@@ -291,7 +297,7 @@ MERGE: dict[str, str] = {
     "draft_seconds": "add", "verify_seconds": "add", "overhead_seconds": "add", "prompt_seconds": "add",
     "seconds": "add", "timing_seconds": "add", "choice_note": "first", "ran": "join", "ar_estimate": "first",
     "prices": "first",
-    "predicted": "add", "proposed": "per-key", "stacked": "add", "constraint": "first",
+    "predicted": "add", "forecast": "per-position", "proposed": "per-key", "stacked": "add", "constraint": "first",
 }
 
 @dataclass(frozen=True)

@@ -239,3 +239,49 @@ def test_a_draft_far_behind_on_a_short_answer_is_not_worth_its_catch_up():
     assert AutoPolicy(long, cm, FakeModel(), None, None).settings is not None
     caught_up = make_turn(history, cm, behind=0, remaining=16)
     assert AutoPolicy(caught_up, cm, FakeModel(), None, None).settings is not None
+
+
+def test_the_forecast_prices_each_iteration_before_its_outcome_teaches_the_estimates():
+    """Each iteration adds what the estimates expected of it, before `learn` moves them: a
+    model draft by its calibrated confidences, a lookup by its gate key, a plain step as one
+    token; the seconds are the curves' for the shapes that ran (costmodel/forecast.py)."""
+    cm = CostModel(FLAT, CostCurve([1, 8], [0.004, 0.006]))
+    edit = [7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 5, 7, 8, 9]
+    turn = make_turn(edit, cm)
+    policy = AutoPolicy(turn, cm, FakeModel(), NgramDrafter(2, 4), None)
+    plan = policy.next()
+    assert plan.role == "lookup"
+    key, L = plan.bet.key, plan.settings.L
+    a, over = cm.lookup.alpha(key), cm.lookup.overhead  # the estimates before this iteration's outcome
+    res = IterationResult([], Decision(0, 0, 0), L, [], 0.0, 0.01, 0.0005, 1 + L, 0)  # all rejected
+    policy.learn(plan, res)
+    expect = 1.0 + sum(a**i for i in range(1, L + 1))
+    assert turn.stats.forecast == pytest.approx([expect, FLAT(1 + L) + over])
+    assert cm.lookup.alpha(key) < a  # it learned from the outcome after pricing it
+    # a draft-model iteration: 3 tokens drafted at confidences whose bins say 0.5 and 0.9
+    turn.stats.forecast = []
+    for c, p in ((0.55, 0.5), (0.95, 0.9)):
+        b = int(c * 10)
+        cm.acceptance.bin_accepted[b], cm.acceptance.bin_trials[b] = p * 1000, 1000.0
+    plan = NS(role="model", settings=policy.settings or NS(K=1), bet=None)
+    before = cm.overhead
+    policy._forecast(plan, IterationResult([], Decision(0, 3, 0), 3, [0.95, 0.55, 0.95], 0.0, 0.0, 0.0, 4, 3))
+    p1, p2, p3 = (cm.acceptance.accept_prob(c) for c in (0.95, 0.55, 0.95))
+    assert turn.stats.forecast == pytest.approx([1 + p1 + p1 * p2 + p1 * p2 * p3, 3 * 0.004 + FLAT(4) + before])
+    # a plain step (no plan, or a lookup that found nothing): one token, one target step
+    turn.stats.forecast = []
+    policy._forecast(NS(role="ar", settings=None, bet=None), None)
+    assert turn.stats.forecast == pytest.approx([1.0, FLAT(1)])
+
+
+def test_forecast_sums_and_speedup():
+    from localspec.costmodel import forecast
+
+    assert forecast.chain_tokens([]) == 1.0
+    assert forecast.chain_tokens([0.5, 0.5]) == pytest.approx(1.75)
+    into: list[float] = []
+    forecast.add(into, 3.0, 0.03)
+    forecast.add(into, 1.0, 0.01)
+    assert into == pytest.approx([4.0, 0.04])
+    assert forecast.speedup(into, 0.02) == pytest.approx(2.0)  # 100 tok/s against 50 tok/s
+    assert forecast.speedup([], 0.02) is None

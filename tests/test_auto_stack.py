@@ -160,6 +160,11 @@ def test_auto_with_a_chain_asked_for_drafts_one_proposer_per_iteration(smollm2_p
     st = events[-1].stats
     assert_targets_answer(s, smollm2_path, ref, events)
     assert st.drafted > 0 and st.stacked == 0 and "stacks" not in st.ran, st.ran
+    # the forecast priced every iteration: at least one token each, at most its whole draft and
+    # the target's own; each at least a target step on the given curve (costmodel/forecast.py)
+    tokens, seconds = st.forecast
+    assert st.iterations <= tokens <= st.iterations + st.drafted
+    assert seconds >= st.iterations * flat(1)
 
 
 def test_no_stack_where_either_model_keeps_a_recurrent_state():

@@ -74,13 +74,18 @@ def test_predicted_vs_measured_sets_the_cost_models_promise_beside_the_result() 
         auto("c", 9.0, [2.0]),  # no AR run of this prompt: left out
         Run("", "a", "sd", 1, 8, 0.0, 30.0, label="sd K=1 L=8"),  # not auto: no prediction
     ]
+    # what auto expected of the iterations it ran: [tokens, seconds, the AR step it priced];
+    # prompt b's run has none (a run before the forecast): it counts for the rest only
+    results[2].extra["forecast"] = [100.0, 4.0, 0.1]  # 25 tok/s at a 0.1 s step: 2.5x
     md, out = predicted_vs_measured(results)
     assert set(out) == {"auto"}
     r = out["auto"]
+    assert r["forecast"] == pytest.approx(2.5) and r["forecast_ratio"] == pytest.approx(2.0 / 2.5)
+    assert r["forecast_per_pass"] == pytest.approx([5.0, 0.2])
     assert r["predicted_first"] == pytest.approx(1.5) and r["predicted_last"] == pytest.approx(2.75)
     assert r["measured"] == pytest.approx(2.5)
     assert r["ratio"] == pytest.approx((2.0 / 2.5 + 1.0) / 2)
     assert r["tokens_per_pass"] == pytest.approx([6.0, 5.0])  # the last prediction vs 100/20
     assert r["seconds_per_pass"] == pytest.approx([0.2, (5 / 20 + 100 / 15 / 20) / 2])
-    assert "| auto | 1.50x | 2.75x | 2.50x | 0.90 | 6.00 / 5.00 | 200 / 292 |" in md
+    assert "| auto | 1.50x | 2.75x | 2.50x | 2.50x | 0.90 | 0.80 | 6.00 / 5.00 / 5.00 | 200 / 200 / 292 |" in md
     assert predicted_vs_measured(results[:2]) == ("", {})

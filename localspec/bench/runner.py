@@ -222,6 +222,10 @@ class Runner:
             st.seconds, st.draft_seconds, st.verify_seconds, st.overhead_seconds, st.iterations, tau,
             done.reason, done.text, s.label, {"choice": st.choice_note, "method": st.method, "ran": st.ran,
                                                "predicted": [list(x) for x in st.predicted],
+                                               # what auto expected of the iterations it ran:
+                                               # [tokens, seconds, the AR step it priced]
+                                               "forecast": ([*st.forecast, 1.0 / st.ar_estimate]
+                                                            if st.forecast and st.ar_estimate else None),
                                                "stacked": st.stacked,
                                                # per drafter: {drafted, accepted, acceptance}
                                                "proposers": js["proposers"],

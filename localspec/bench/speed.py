@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from dataclasses import replace
@@ -132,13 +133,21 @@ def multi_vs_single(results: list[Run], configs: list[Spec]) -> tuple[str, dict]
     return ("\n".join(rows) if out else ""), out
 
 
+def _median_known(xs: list[float]) -> float:
+    """The median of the values that are numbers (NaN: a run that did not record one)."""
+    known = [x for x in xs if not math.isnan(x)]
+    return median(known) if known else math.nan
+
+
 def predicted_vs_measured(results: list[Run]) -> tuple[str, dict]:
     """For each `auto` column: the speedup over AR its cost model predicted (at its first
     decision, before it saw the prompt, and at its last, after its acceptance estimate had
-    learned from it) beside the speedup measured against the AR run of the same prompt;
-    medians over prompts. The last prediction is split into its two factors, tokens per
-    target pass and seconds per pass, each beside its measured value, so a miss says
-    whether acceptance or cost was mispredicted. This is how a bench checks the cost model."""
+    learned from it) and the one it forecast for the iterations it ran (each priced before
+    the target verified it: costmodel/forecast.py), beside the speedup measured against the
+    AR run of the same prompt; medians over prompts. The last prediction and the forecast
+    are split into tokens per target pass and seconds per pass, each beside its measured
+    value, so a miss says whether acceptance or cost was mispredicted. This is how a bench
+    checks the cost model."""
     ar = {r.prompt_id: r.tok_per_s for r in results if r.label == "ar" and r.tok_per_s > 0}
     cols: dict[str, list[tuple[float, ...]]] = {}
     for r in results:
@@ -147,19 +156,27 @@ def predicted_vs_measured(results: list[Run]) -> tuple[str, dict]:
             continue
         (first, *_), (last, e, sec) = pred[0], pred[-1]
         calls = r.target_calls or 1
+        measured = r.tok_per_s / ar[r.prompt_id]
+        fc = r.extra.get("forecast")  # [tokens, seconds, AR step]; None in runs before stop 53
+        tokens, seconds, step = fc if fc else (math.nan, math.nan, math.nan)
         cols.setdefault(r.label, []).append(
-            (first, last, r.tok_per_s / ar[r.prompt_id], e, r.n_tokens / calls, sec, r.seconds / calls))
-    rows = ["| config | predicted at start | predicted at end | measured | measured / predicted (end) "
-            "| tokens per pass, predicted / measured | ms per pass, predicted / measured |",
-            "|---|---|---|---|---|---|---|"]
+            (first, last, measured, e, r.n_tokens / calls, sec, r.seconds / calls,
+             tokens / seconds * step, tokens / calls, seconds / calls))
+    rows = ["| config | predicted at start | predicted at end | forecast per iteration | measured "
+            "| measured / predicted (end) | measured / forecast "
+            "| tokens per pass, predicted / forecast / measured | ms per pass, predicted / forecast / measured |",
+            "|---|---|---|---|---|---|---|---|---|"]
     out: dict = {}
     for lab, v in cols.items():
-        m = [median([x[i] for x in v]) for i in range(7)]
-        out[lab] = {"predicted_first": m[0], "predicted_last": m[1], "measured": m[2],
-                    "ratio": median([x[2] / x[1] for x in v]), "tokens_per_pass": [m[3], m[4]],
-                    "seconds_per_pass": [m[5], m[6]]}
-        rows.append(f"| {lab} | {m[0]:.2f}x | {m[1]:.2f}x | {m[2]:.2f}x | {out[lab]['ratio']:.2f} "
-                    f"| {m[3]:.2f} / {m[4]:.2f} | {1e3 * m[5]:.0f} / {1e3 * m[6]:.0f} |")
+        m = [_median_known([x[i] for x in v]) for i in range(10)]
+        out[lab] = {"predicted_first": m[0], "predicted_last": m[1], "forecast": m[7], "measured": m[2],
+                    "ratio": median([x[2] / x[1] for x in v]),
+                    "forecast_ratio": _median_known([x[2] / x[7] for x in v]),
+                    "tokens_per_pass": [m[3], m[4]], "seconds_per_pass": [m[5], m[6]],
+                    "forecast_per_pass": [m[8], m[9]]}
+        rows.append(f"| {lab} | {m[0]:.2f}x | {m[1]:.2f}x | {m[7]:.2f}x | {m[2]:.2f}x | {out[lab]['ratio']:.2f} "
+                    f"| {out[lab]['forecast_ratio']:.2f} | {m[3]:.2f} / {m[8]:.2f} / {m[4]:.2f} "
+                    f"| {1e3 * m[5]:.0f} / {1e3 * m[9]:.0f} / {1e3 * m[6]:.0f} |")
     return ("\n".join(rows) if out else ""), out
 
 

@@ -99,6 +99,8 @@ class IterationResult:
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
     overhead_seconds: float = 0.0
+    rows: int = 1  # target rows the verify pass evaluated (the pending token(s) and the trie)
+    draft_calls: int = 0  # draft-model decodes drafting took (0: a lookup, the grammar)
 
 
 def spec_iteration(turn: Turn, st: SpecSettings, drafter: Drafter, rng: NumpyRNG) -> IterationResult | None:
@@ -128,6 +130,7 @@ def spec_iteration(turn: Turn, st: SpecSettings, drafter: Drafter, rng: NumpyRNG
         stats.iterations += 1
         return IterationResult([written], Decision(0, 0, written.tokens[0]), 0, [], t1 - t0,
                                time.perf_counter() - t1, 0.0)
+    n_rows = len(tgt.pending) + len(trie.nodes)
     rows, lane = score(tgt, trie)
     t2 = time.perf_counter()
     x = trie.tokens()
@@ -149,7 +152,7 @@ def spec_iteration(turn: Turn, st: SpecSettings, drafter: Drafter, rng: NumpyRNG
     stats.draft_seconds += t1 - t0
     stats.verify_seconds += t2 - t1
     stats.overhead_seconds += t3 - t2
-    return IterationResult(events, d, own, trie.conf[d.k], t1 - t0, t2 - t1, t3 - t2)
+    return IterationResult(events, d, own, trie.conf[d.k], t1 - t0, t2 - t1, t3 - t2, n_rows, trie.draft_calls)
 
 
 def _count(stats: Stats, trie: DraftTrie, d: Decision, own: int) -> None:

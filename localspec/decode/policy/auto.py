@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from localspec.config import one_draft_verifier
-from localspec.costmodel import CostModel, dynamic_length, length_cap, per_draft_length
+from localspec.costmodel import CostModel, dynamic_length, forecast, length_cap, per_draft_length
 from localspec.costmodel.lookup import (
     LOOKUP_LONG_L,
     LOOKUP_MAX_L,
@@ -242,7 +242,28 @@ class AutoPolicy:
         st = SpecSettings(one_draft_verifier(self.turn.cfg.sampling.greedy), 1, bet.L)
         return IterationPlan(st, self.lookup, "lookup", bet)
 
+    def _forecast(self, plan: IterationPlan, res: IterationResult | None) -> None:
+        """Add what the estimates expected of this iteration (before `learn` teaches them
+        its outcome) to the turn's forecast (costmodel/forecast.py)."""
+        cm, bet = self.cm, plan.bet
+        if res is None or not res.drafted:  # the target wrote one token alone
+            tokens, seconds = 1.0, cm.target(1)
+        else:
+            K = plan.settings.K if plan.settings is not None else 1
+            overhead = self.gate.overhead if plan.role == "lookup" else cm.overhead
+            seconds = forecast.iteration_seconds(cm, res.rows, res.draft_calls, K, overhead)
+            if plan.role == "lookup" and isinstance(bet, Bet):
+                tokens = forecast.lookup_tokens(self.gate, bet.key, res.drafted)
+            elif plan.role == "stack" and isinstance(bet, Bet) and self.turn.stats.predicted:
+                tokens = self.turn.stats.predicted[-1][1] + self.gate.stack_gain(bet.key)
+            elif plan.role == "model":
+                tokens = forecast.model_tokens(cm, K, res.confs, res.drafted)
+            else:  # the grammar's forced tokens: never rejected
+                tokens = res.drafted + 1.0
+        forecast.add(self.turn.stats.forecast, tokens, seconds)
+
     def learn(self, plan: IterationPlan, res: IterationResult | None) -> None:
+        self._forecast(plan, res)
         cm, gate, bet = self.cm, self.gate, plan.bet
         if plan.role == "lookup" and res is not None and res.drafted:
             assert isinstance(bet, Bet)

@@ -1,0 +1,73 @@
+"""What the cost model expects of each iteration it runs, summed over a turn.
+
+Why: `Stats.predicted` holds the promise made when a setting is chosen, on one mean
+acceptance and one fixed draft length, before the answer is seen. It cannot be right on a
+turn whose drafts end by the calibrated stop rule (their length follows the draft's
+confidence) or whose lookups write most of the answer (an edit): the F16 code prompts
+measured 1.11x what it promised, the edit prompts 2.15x (stop 52). That says the promise
+is coarse, not which estimate is wrong.
+
+The forecast asks each estimate about the iteration it actually priced, before the target
+verified it: the expected tokens of the draft that was drafted (the calibrated acceptance of
+each drafted token, from the draft's own confidences; a lookup's gate estimate for its key
+and length; a grammar's forced tokens: all of them), and the seconds the measured curves
+give for the batch shapes that ran. Summed over the turn, tokens / seconds against the
+curve's AR step is the speedup the cost model expected of what it did; a bench sets it
+beside the measured one (bench/speed.predicted_vs_measured). A miss in tokens is an
+acceptance estimate's, a miss in seconds a curve's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from localspec.costmodel.lookup import LookupGate
+    from localspec.costmodel.predict import CostModel
+
+
+def chain_tokens(probs: Sequence[float]) -> float:
+    """Expected tokens one verified draft emits: its accepted prefix (token i counts when
+    every token up to it is accepted) plus the target's own token."""
+    e, reach = 1.0, 1.0
+    for p in probs:
+        reach *= p
+        e += reach
+    return e
+
+
+def model_tokens(cm: CostModel, K: int, confs: Sequence[float], drafted: int) -> float:
+    """Expected tokens of a draft-model iteration: one draft by its calibrated confidences;
+    K drafts (no confidence per draft kept) by the mean acceptance at their length."""
+    if K == 1 and confs:
+        return chain_tokens([cm.acceptance.accept_prob(c) for c in confs[:drafted]])
+    return cm.expected_tokens(K, drafted)
+
+
+def lookup_tokens(gate: LookupGate, key: Hashable, drafted: int) -> float:
+    """Expected tokens of a lookup draft of `drafted` tokens: the gate's estimate for its
+    key (the estimate, not the optimistic bet the gate explores with)."""
+    return chain_tokens([gate.alpha(key)] * drafted)
+
+
+def iteration_seconds(cm: CostModel, rows: int, draft_calls: int, K: int, overhead: float) -> float:
+    """What the curves price an iteration of `rows` target rows and `draft_calls` draft
+    decodes at, with the Python work measured per iteration of its kind (`overhead`)."""
+    draft = draft_calls * cm.draft(max(K, 1)) if draft_calls else 0.0
+    return draft + cm.target(max(rows, 1)) + overhead
+
+
+def add(into: list[float], tokens: float, seconds: float) -> None:
+    """Add one iteration to a turn's sums (Stats.forecast: [expected tokens, seconds])."""
+    if len(into) < 2:
+        into[:] = [0.0, 0.0]
+    into[0] += tokens
+    into[1] += seconds
+
+
+def speedup(forecast: Sequence[float], ar_seconds: float) -> float | None:
+    """The forecast's speedup over an AR step of `ar_seconds`; None when nothing ran."""
+    if len(forecast) < 2 or forecast[1] <= 0.0:
+        return None
+    return forecast[0] / forecast[1] * ar_seconds
