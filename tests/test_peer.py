@@ -243,3 +243,27 @@ def test_a_draftless_peer_gets_no_draft_model() -> None:
     chained = build_speculative_cmd("x", Path("t.gguf"), Path("d.gguf"), "p", n_predict=8, threads=2,
                                     draft_max=16, draft_min=0, p_min=0.0, spec_type="draft-simple,ngram-mod")
     assert chained[chained.index("-md") + 1] == "d.gguf"
+
+
+def test_none_is_llama_cpps_plain_loop_through_the_same_tool() -> None:
+    """`none` cannot be asked of llama-speculative-simple (it fails to initialise), so it runs
+    ngram-simple with an n-gram no prompt of the bench can match: the same loop, no drafts."""
+    cmd = build_speculative_cmd("x", Path("t.gguf"), Path("d.gguf"), "p", n_predict=8, threads=2,
+                                draft_max=16, draft_min=0, p_min=0.0, spec_type=peer.PLAIN)
+    assert "-md" not in cmd and cmd[cmd.index("--spec-type") + 1] == "ngram-simple"
+    assert int(cmd[cmd.index("--spec-ngram-simple-size-n") + 1]) + int(
+        cmd[cmd.index("--spec-ngram-simple-size-m") + 1]) + 1 == peer.PLAIN_MAX_TOKENS
+
+
+@needs_peer
+def test_real_plain_loop_drafts_nothing_even_on_a_repetitive_prompt(smollm2_path: Path) -> None:
+    """A prompt that repeats itself (where a short n-gram drafts at once) gets no draft from
+    `none`; the run is timed like every other peer run."""
+    threads = min(2, os.cpu_count() or 1)
+    text = "one two three four five six seven eight nine ten " * 12
+    r = peer.run_speculative_simple(smollm2_path, smollm2_path, text, 48, threads, 16, 0, 0.0, spec_type=peer.PLAIN)
+    assert r.n_drafted == 0 and r.n_predict >= 1 and r.tok_per_s > 0
+    short = peer.run_speculative_simple(smollm2_path, smollm2_path, text, 48, threads, 16, 0, 0.0,
+                                        spec_type="ngram-simple", extra_args=[
+                                            "--spec-ngram-simple-size-n", "2", "--spec-ngram-simple-size-m", "4"])
+    assert short.n_drafted > 0  # the same tool and prompt with a 2-gram: drafts

@@ -227,6 +227,21 @@ def extract_generated_text(stdout: str, prompt: str) -> str | None:
     return body.removesuffix("\n\n").removesuffix("\n\n")
 
 
+# llama.cpp's plain loop in the same tool: `--spec-type none` fails to initialise there, so
+# "none" runs ngram-simple with the longest n-gram and draft it takes (1024 + 1024): it never
+# drafts while prompt and answer hold at most PLAIN_MAX_TOKENS tokens (common_ngram_simple_draft
+# returns before searching), and every step is one plain decode through the same loop as the
+# other settings. A run that drafted anyway is refused (run_speculative_simple).
+PLAIN = "none"
+PLAIN_ARGS = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1024", "--spec-ngram-simple-size-m", "1024")
+PLAIN_MAX_TOKENS = 2049
+
+
+def spec_type_args(spec_type: str) -> list[str]:
+    """The flags that select `spec_type` (PLAIN: llama.cpp's plain loop, as above)."""
+    return list(PLAIN_ARGS) if spec_type == PLAIN else ["--spec-type", spec_type]
+
+
 def build_speculative_cmd(
     binary: Path | str,
     target: Path,
@@ -265,7 +280,7 @@ def build_speculative_cmd(
         str(binary),
         "-m", str(target),
         *(["-md", str(draft)] if uses_draft else []),
-        "--spec-type", spec_type,
+        *spec_type_args(spec_type),
         "-p", prompt,
         "--no-escape",
         "-n", str(n_predict),
@@ -312,6 +327,9 @@ def run_speculative_simple(
             f"{SPEC_BIN} exited with code {out.returncode}; tail:\n{both[-TAIL_CHARS:]}"
         )
     nums = parse_speculative_output(out.stderr + "\n" + out.stdout)
+    if options.get("spec_type") == PLAIN and nums["n_drafted"]:
+        raise PeerRunError(f"llama.cpp's plain loop ({PLAIN}) drafted {int(nums['n_drafted'])} tokens: prompt and "
+                           f"answer exceed {PLAIN_MAX_TOKENS} tokens, where its never-matching n-gram can match")
     return PeerResult(
         tok_per_s=nums["tok_per_s"],
         n_drafted=int(nums["n_drafted"]),

@@ -347,7 +347,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peer-draft-max", type=int, default=16, help="peer --spec-draft-n-max (its default 16)")
     p.add_argument("--peer-spec-types", nargs="+", default=["draft-simple"], metavar="TYPE[,TYPE]",
                    help="llama.cpp --spec-type settings to run side by side (e.g. draft-simple ngram-simple "
-                   "ngram-map-k ngram-mod draft-simple,ngram-mod); ratios are taken to the fastest")
+                   "ngram-map-k ngram-mod draft-simple,ngram-mod; none: its plain loop, no drafts); ratios are "
+                   "taken to the fastest")
     p.add_argument("--peer-p-min", type=float, default=0.75, help="peer --spec-draft-p-min (its default 0.75)")
     p.add_argument("--quick", action="store_true", help="3 prompts x 64 tokens smoke run")
     p.add_argument("--out", default=None, help="write JSON results here")
