@@ -160,6 +160,14 @@ class Stats:
     constraint: str = ""
 
     @property
+    def forecast_tok_per_s(self) -> float | None:
+        """What the cost model expected of the iterations auto ran (costmodel/forecast.py),
+        as tok/s beside the measured `tok_per_s`; None when it priced none."""
+        if len(self.forecast) < 2 or self.forecast[1] <= 0.0:
+            return None
+        return self.forecast[0] / self.forecast[1]
+
+    @property
     def lookup_drafted(self) -> int:
         """Tokens the proposers other than the draft model drafted (lookups, the MTP head)."""
         return sum(d for d, _ in self.proposed.values())

@@ -84,6 +84,20 @@ def test_run_plain_prints_stats_line(smollm2_path):
     assert "tok/s" in r.stderr and r.stdout.strip()
 
 
+def test_the_stats_line_sets_the_forecast_beside_the_measured_speed():
+    """Where auto drafted, the stats line says what its cost model expected of the iterations
+    it ran (costmodel/forecast.py); plain decoding has nothing to forecast."""
+    from localspec.cli.main import _stats_line
+    from localspec.events import Stats
+
+    st = Stats(method="auto", ran="auto: sd K=1 L<=16", n_tokens=64, seconds=2.0, iterations=12, target_calls=12,
+               forecast=[60.0, 2.5])
+    assert "forecast 24.0 tok/s" in _stats_line(st) and "32.0 tok/s" in _stats_line(st)
+    st.ran = "ar"
+    assert "forecast" not in _stats_line(st)
+    assert "forecast" not in _stats_line(Stats(method="sd", ran="sd K=1 L=4", n_tokens=8, seconds=1.0))
+
+
 def test_missing_path_exit_2(tmp_path):
     r = cli("run", "-m", str(tmp_path / "nope.gguf"), "-p", "hi")
     assert r.returncode == 2

@@ -260,3 +260,16 @@ def test_forced_grammar_tokens_have_a_span_of_their_own() -> None:
                  Written((3,), "a", "bonus")])
     assert [(s.text, s.kind) for s in t.current.spans] == [('{"', "grammar"), ("a", "bonus")]
     assert ('{"', STYLES["grammar"]) in styled_runs(t.render_turn(t.current))
+
+
+def test_stats_panel_sets_the_forecast_beside_the_measured_speed() -> None:
+    """auto's forecast of the iterations it ran (costmodel/forecast.py) is a row of its own,
+    labelled as the cost model's expectation; a turn without one (a fixed method) has none."""
+    stats = demo_turns()[0][-1].stats
+    assert "forecast" not in render_stats(stats, PanelInfo()).plain
+    stats.forecast = [40.0, 2.0]  # 40 tokens expected in 2 s
+    lines = render_stats(stats, PanelInfo()).plain.splitlines()
+    assert any(ln.split()[:2] == ["forecast", "20.0"] and "expected" in ln for ln in lines), lines
+    assert stats.forecast_tok_per_s == 20.0
+    stats.forecast = [1.0, 0.0]
+    assert stats.forecast_tok_per_s is None

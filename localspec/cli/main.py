@@ -98,6 +98,9 @@ def _stats_line(st: Stats) -> str:
     for source, (drafted, accepted) in st.proposed.items():  # which proposer wrote what (docs/proposers.md)
         if drafted:
             parts.append(f"{source} {accepted}/{drafted} accepted")
+    expected = st.forecast_tok_per_s
+    if expected is not None and ran != "ar":  # the cost model's forecast of what auto ran
+        parts.append(f"forecast {expected:.1f} tok/s")
     parts.append(f"prompt {st.prompt_tokens} tok in {st.prompt_seconds:.2f}s")
     line = "[" + " | ".join(parts) + "]"
     if st.method == "auto" and ran == "ar" and st.choice_note:

@@ -173,6 +173,9 @@ def render_stats(stats: Stats | None, info: PanelInfo, width: int = 30) -> Text:
                  f"predicted ({why})")
             if stats.prices:
                 t.append(f" prices: {stats.prices}\n", style="italic #e5c07b")
+        expected = stats.forecast_tok_per_s
+        if expected is not None and not plain:  # the estimates' forecast of the iterations that ran
+            _row(t, "forecast", f"{expected:6.1f}  tok/s the cost model expected")
         _row(t, "block eff", f"{stats.block_efficiency:6.2f}  tok/target call")
         alpha = acceptance_rate(stats)
         _row(t, "accept α", "   —" if alpha is None else f"{alpha:6.0%}")
