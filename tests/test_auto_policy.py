@@ -181,18 +181,38 @@ def test_a_match_inside_a_long_copy_bets_past_sixteen_tokens():
     cpu = CostCurve([1, 8, 16, 32], [0.032, 0.233, 0.282, 0.466])  # Q4_K_M 1.5B, 2 threads
     cm = CostModel(cpu, CostCurve([1], [0.0]))
     quoted = list(range(100, 160))  # a 60-token file in the prompt
-    key = ("ngram", 8, "prompt")
+    key, long = ("ngram", 8, "prompt"), ("ngram", 8, "prompt", "long")
     # the answer re-writes the file's first 20 tokens: an 8-gram match 20 tokens into a copy
     turn = make_turn(quoted + quoted[:20], cm)
     policy = AutoPolicy(turn, cm, None, NgramDrafter(2, 8, Regions(len(quoted))), None)
     for _ in range(50):
         cm.lookup.update(key, 31, 31)
+        cm.lookup.update(long, 31, 31)
     plan = policy.next()
-    assert plan.role == "lookup" and plan.bet.key == key and LOOKUP_MAX_L < plan.settings.L <= LOOKUP_LONG_L
+    assert plan.role == "lookup" and plan.bet.key == long and LOOKUP_MAX_L < plan.settings.L <= LOOKUP_LONG_L
     # the same 8 tokens, but the answer came to them by another road: 9 tokens agree, not 12
     turn.target.tokens = quoted + [1, 2, 3] + quoted[11:20]
     plan = policy.next()
     assert plan.role == "lookup" and plan.bet.key == key and 8 < plan.settings.L <= LOOKUP_MAX_L
+
+
+def test_a_match_inside_a_long_copy_is_another_bet_than_a_fresh_one():
+    """The gate keys a match by whether its copy agrees LONG_RUN tokens back: a fresh 8-token
+    match that failed every time does not stop the long copy's match from betting long, and
+    the long key's failures do not stop a fresh match (costmodel/lookup.gate_key)."""
+    cpu = CostCurve([1, 8, 16, 32], [0.032, 0.233, 0.282, 0.466])
+    cm = CostModel(cpu, CostCurve([1], [0.0]))
+    quoted = list(range(100, 160))
+    key, long = ("ngram", 8, "prompt"), ("ngram", 8, "prompt", "long")
+    turn = make_turn(quoted + quoted[:20], cm)
+    policy = AutoPolicy(turn, cm, None, NgramDrafter(2, 8, Regions(len(quoted))), None)
+    for _ in range(50):
+        cm.lookup.update(key, 0, 15)  # fresh 8-token matches: wrong at once
+        cm.lookup.update(long, 31, 31)  # inside copies: right to the end
+    plan = policy.next()
+    assert plan.role == "lookup" and plan.bet.key == long and plan.settings.L > LOOKUP_MAX_L
+    turn.target.tokens = quoted + [1, 2, 3] + quoted[11:20]  # 9 tokens agree: a fresh match
+    assert policy.next().role == "ar"
 
 
 def test_no_draft_model_means_lookups_or_plain_steps():

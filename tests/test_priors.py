@@ -31,18 +31,30 @@ def test_the_replay_counts_what_a_drafting_lookup_would_have_seen():
     position 2 the tail (1 2) matches, its draft 3 4 5 9 .. is right for 3 tokens (accepted 3,
     reached 4), the walk jumps past them and the target's own token; no later tail matches."""
     prompt, gen = [1, 2, 3, 4, 5, 9], [1, 2, 3, 4, 5, 7, 8]
-    got = priors.replay_lookups(prompt, gen, NgramIndex(2, 4), Regions(len(prompt)), l_max=16)
+    got = priors.replay_lookups(prompt, gen, NgramIndex(2, 4), Regions(len(prompt)), l_max=16, long_run=12)
     # position 1: history ... 9 1 -> tail (9 1) unseen, (1) too short; position 2: tail (1 2)
     # is the prompt's start: draft 3 4 5 9, answer 3 4 5 7 -> 3 accepted of 4 reached
     assert got == {"ngram:2:prompt": [3.0, 4.0]}  # the continuation was found in the prompt
     assert priors.right_prefix([3, 4, 5, 9], [3, 4, 5, 7]) == 3 and priors.right_prefix([], [1]) == 0
 
 
+def test_a_match_inside_a_long_copy_is_counted_apart():
+    """The answer copies a 20-token prompt: the walk's first match (2 tokens agree) is keyed
+    by its length and origin; once the copy agrees `long_run` tokens back, the matches are
+    counted under the same key marked long (costmodel/lookup.gate_key keys the gate so)."""
+    prompt = list(range(100, 120))
+    got = priors.replay_lookups(prompt, prompt[:20], NgramIndex(2, 2), Regions(len(prompt)), l_max=4, long_run=8)
+    assert set(got) == {"ngram:2:prompt", "ngram:2:prompt:long"}
+    short, long = got["ngram:2:prompt"], got["ngram:2:prompt:long"]
+    assert short[0] == short[1] and long[0] >= long[1] - 1  # a copy: right to its end (the last draft runs past it)
+    assert long[1] > 0 and short[1] > 0
+
+
 def test_a_draft_that_is_right_to_its_end_counts_no_rejection():
     """At position 2 the draft 7 8 (L = 2, read off the prompt) is right to its end: 2 accepted
     of 2 reached; at position 5 the draft 5 6 (read off the answer's first tokens: the latest
     8 9 is the prompt's, followed by the answer's 5) is wrong at once: 0 of 1."""
-    got = priors.replay_lookups([5, 6, 7, 8, 9], [5, 6, 7, 8, 9, 1], NgramIndex(2, 2), Regions(5), l_max=2)
+    got = priors.replay_lookups([5, 6, 7, 8, 9], [5, 6, 7, 8, 9, 1], NgramIndex(2, 2), Regions(5), l_max=2, long_run=12)
     assert got == {"ngram:2:prompt": [2.0, 2.0], "ngram:2:answer": [0.0, 1.0]}
 
 
@@ -98,9 +110,9 @@ def test_a_shipped_prior_explores_by_the_positions_it_was_fitted_on():
 
 
 def test_keys_round_trip_and_malformed_entries_are_skipped():
-    for key in [("ngram", 8), ("ngram", 8, "prompt"), ("suffix", 3)]:
+    for key in [("ngram", 8), ("ngram", 8, "prompt"), ("suffix", 3), ("ngram", 8, "prompt", "long")]:
         assert priors.parse_key(priors.key_text(key)) == key
-    for text in ["ngram", "ngram:x", ":3", "ngram:3:", "a:1:b:c"]:
+    for text in ["ngram", "ngram:x", ":3", "ngram:3:", "ngram:3::long", "a:1:b:c:d"]:
         assert priors.parse_key(text) is None
 
 
@@ -188,7 +200,7 @@ def test_the_gate_replay_prices_auto_lookups_on_an_answer():
     steep = CostCurve([1, 2, 4, 8, 16, 32], [0.031, 0.060, 0.106, 0.234, 0.330, 0.530])
     prompt = list(range(100, 160))
     gen = [100 + i for i in range(48)]  # the answer re-quotes the prompt
-    keys = [("ngram", n, "prompt") for n in range(2, 9)]  # the matches are the prompt's
+    keys = [("ngram", n, "prompt", *long) for n in range(2, 9) for long in ((), ("long",))]  # the prompt's matches
     believer = LookupGate(prior={k: (5.9, 6.0) for k in keys})
     sceptic = LookupGate(prior={k: (0.0, 60.0) for k in keys})
     seconds, passes, drafted = replay(prompt, gen, believer, steep, 2, 8)

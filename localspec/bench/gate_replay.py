@@ -37,7 +37,7 @@ def replay(prompt: list[int], gen: list[int], gate: LookupGate, cost: CostCurve,
     while i < len(gen):
         index.extend(prompt + gen[:i])
         toks, matched = index.continuation(l_max)
-        key = gate_key("ngram", matched, regions.origin(index.at))
+        key = gate_key("ngram", matched, regions.origin(index.at), index.run)
         # as auto: a long copy's match may bet up to LOOKUP_LONG_L, and a bet never runs
         # past the answer's end (the engine caps a draft at the tokens left to write, + 1)
         avail = min(len(toks), lookup_limit(index.run), len(gen) - i + 1)

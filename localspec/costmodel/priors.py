@@ -34,6 +34,7 @@ MIN_EVIDENCE = 20.0  # a key fitted on fewer reached positions keeps the uninfor
 DRAFT_PRIOR_WEIGHT = 8.0  # verifications a shipped draft acceptance is worth (acceptance.py's weight)
 _FILE = "priors.json"
 _PROMPT = "prompt"  # decode/drafters/base.PROMPT: a match in the text the turn was given
+_LONG = "long"  # costmodel/lookup.LONG: a match inside a long copy (lookup imports this module)
 _enabled = True
 
 
@@ -60,8 +61,9 @@ def shipped() -> dict:
 
 
 def key_text(key: Hashable) -> str:
-    """A gate key ("ngram", 5) / ("ngram", 5, "prompt") as the file spells it: "ngram:5" / "ngram:5:prompt"."""
-    if isinstance(key, tuple) and len(key) in (2, 3):
+    """A gate key ("ngram", 5) / ("ngram", 5, "prompt") / ("ngram", 8, "prompt", "long") as the
+    file spells it: "ngram:5" / "ngram:5:prompt" / "ngram:8:prompt:long"."""
+    if isinstance(key, tuple) and 2 <= len(key) <= 4:
         return ":".join(str(k) for k in key)
     return str(key)
 
@@ -69,7 +71,7 @@ def key_text(key: Hashable) -> str:
 def parse_key(text: str) -> tuple | None:
     """key_text's inverse; None for a malformed entry (skipped)."""
     parts = text.split(":")
-    if len(parts) not in (2, 3) or not parts[0] or not parts[1].isdigit() or (len(parts) == 3 and not parts[2]):
+    if not 2 <= len(parts) <= 4 or not parts[0] or not parts[1].isdigit() or not all(parts[2:]):
         return None
     return (parts[0], int(parts[1]), *parts[2:])
 
@@ -86,8 +88,8 @@ def _lookup_table() -> dict[Hashable, tuple[float, float]]:
     # a match in the client's prediction (decode/drafters/prediction.py) starts where a prompt
     # match of that length does (text the client gave), until the prediction has priors of its own
     for key, row in list(out.items()):
-        if key[0] == "ngram" and key[2:] in ((), (_PROMPT,)):
-            out.setdefault(("prediction", key[1]), row)
+        if key[0] == "ngram" and key[2:3] in ((), (_PROMPT,)) and key[3:] in ((), (_LONG,)):
+            out.setdefault(("prediction", key[1], *key[3:]), row)
     return out
 
 
@@ -146,12 +148,14 @@ def right_prefix(draft: Sequence[int], rest: Sequence[int]) -> int:
 
 
 def replay_lookups(prompt: list[int], gen: list[int], index, regions, l_max: int,
-                   source: str = "ngram") -> dict[str, list[float]]:
+                   source: str = "ngram", *, long_run: int) -> dict[str, list[float]]:
     """{"source:matched:origin": [accepted, reached]} of a lookup that drafts (up to l_max tokens)
     wherever the history has a match, along a greedy answer: after a draft the walk moves
     past its accepted tokens and the target's own one, as a verification does; reached counts
     as LookupGate.update does (the accepted tokens and the rejected one). `regions`
-    (decode/drafters/lookup.Regions of the prompt) names where each match continues."""
+    (decode/drafters/lookup.Regions of the prompt) names where each match continues;
+    `long_run`: costmodel/lookup.LONG_RUN (a match whose copy agrees that far back is keyed
+    apart, as lookup.gate_key keys it)."""
     out: dict[str, list[float]] = {}
     i = 1  # gen[0] comes from the prompt's own decode
     while i < len(gen):
@@ -161,7 +165,8 @@ def replay_lookups(prompt: list[int], gen: list[int], index, regions, l_max: int
             i += 1
             continue
         tau = right_prefix(toks, gen[i:])
-        row = out.setdefault(key_text((source, matched, regions.origin(index.at))), [0.0, 0.0])
+        key = (source, matched, *filter(None, [regions.origin(index.at)]), *((_LONG,) if index.run >= long_run else ()))
+        row = out.setdefault(key_text(key), [0.0, 0.0])
         row[0] += tau
         row[1] += min(tau + 1, len(toks))
         i += tau + 1

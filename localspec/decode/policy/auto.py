@@ -158,7 +158,7 @@ def lookup_bet(turn: Turn, cm: CostModel, lookup: Drafter | None, gate: LookupGa
     trie = lookup.propose(DraftRequest(turn.target.committed, 1, LOOKUP_LONG_L))
     if trie is None:
         return None
-    key = gate_key(trie.source, lookup.matched, lookup.origin)
+    key = gate_key(trie.source, lookup.matched, lookup.origin, lookup.run)
     L, speedup = gate.best_length(cm.target, key, min(trie.L, lookup_limit(lookup.run)), explore=explore)
     return Bet(L, speedup, key, [trie.nodes[i].token for i in trie.path[0][:LOOKUP_MAX_L]])
 
