@@ -15,7 +15,7 @@ from localspec.bench.runner import Runner
 from localspec.bench.speed import parse_grid
 from localspec.costmodel import CostCurve, fresh_acceptance, priors
 from localspec.costmodel.acceptance import PRIOR_ALPHA
-from localspec.costmodel.lookup import PRIOR_TRIALS, LookupGate
+from localspec.costmodel.lookup import PRIOR_TRIALS, LookupGate, gate_key
 from localspec.decode.drafters.lookup import NgramIndex, Regions
 
 
@@ -31,7 +31,7 @@ def test_the_replay_counts_what_a_drafting_lookup_would_have_seen():
     position 2 the tail (1 2) matches, its draft 3 4 5 9 .. is right for 3 tokens (accepted 3,
     reached 4), the walk jumps past them and the target's own token; no later tail matches."""
     prompt, gen = [1, 2, 3, 4, 5, 9], [1, 2, 3, 4, 5, 7, 8]
-    got = priors.replay_lookups(prompt, gen, NgramIndex(2, 4), Regions(len(prompt)), l_max=16, long_run=12)
+    got = priors.replay_lookups(prompt, gen, NgramIndex(2, 4), Regions(len(prompt)), l_max=16, key=gate_key)
     # position 1: history ... 9 1 -> tail (9 1) unseen, (1) too short; position 2: tail (1 2)
     # is the prompt's start: draft 3 4 5 9, answer 3 4 5 7 -> 3 accepted of 4 reached
     assert got == {"ngram:2:prompt": [3.0, 4.0]}  # the continuation was found in the prompt
@@ -40,10 +40,12 @@ def test_the_replay_counts_what_a_drafting_lookup_would_have_seen():
 
 def test_a_match_inside_a_long_copy_is_counted_apart():
     """The answer copies a 20-token prompt: the walk's first match (2 tokens agree) is keyed
-    by its length and origin; once the copy agrees `long_run` tokens back, the matches are
-    counted under the same key marked long (costmodel/lookup.gate_key keys the gate so)."""
+    by its length and origin; once the copy agrees far enough back (LONG_RUN; shifted here so a
+    20-token copy reaches it), the matches are counted under the same key marked long, as
+    costmodel/lookup.gate_key keys the live gate."""
     prompt = list(range(100, 120))
-    got = priors.replay_lookups(prompt, prompt[:20], NgramIndex(2, 2), Regions(len(prompt)), l_max=4, long_run=8)
+    got = priors.replay_lookups(prompt, prompt[:20], NgramIndex(2, 2), Regions(len(prompt)), l_max=4,
+                                key=lambda s, m, o, run: gate_key(s, m, o, run + 4))  # LONG_RUN 12 as if 8
     assert set(got) == {"ngram:2:prompt", "ngram:2:prompt:long"}
     short, long = got["ngram:2:prompt"], got["ngram:2:prompt:long"]
     assert short[0] == short[1] and long[0] >= long[1] - 1  # a copy: right to its end (the last draft runs past it)
@@ -54,7 +56,7 @@ def test_a_draft_that_is_right_to_its_end_counts_no_rejection():
     """At position 2 the draft 7 8 (L = 2, read off the prompt) is right to its end: 2 accepted
     of 2 reached; at position 5 the draft 5 6 (read off the answer's first tokens: the latest
     8 9 is the prompt's, followed by the answer's 5) is wrong at once: 0 of 1."""
-    got = priors.replay_lookups([5, 6, 7, 8, 9], [5, 6, 7, 8, 9, 1], NgramIndex(2, 2), Regions(5), l_max=2, long_run=12)
+    got = priors.replay_lookups([5, 6, 7, 8, 9], [5, 6, 7, 8, 9, 1], NgramIndex(2, 2), Regions(5), l_max=2, key=gate_key)
     assert got == {"ngram:2:prompt": [2.0, 2.0], "ngram:2:answer": [0.0, 1.0]}
 
 

@@ -233,8 +233,10 @@ def extract_generated_text(stdout: str, prompt: str) -> str | None:
 # returns before searching), and every step is one plain decode through the same loop as the
 # other settings. A run that drafted anyway is refused (run_speculative_simple).
 PLAIN = "none"
-PLAIN_ARGS = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1024", "--spec-ngram-simple-size-m", "1024")
-PLAIN_MAX_TOKENS = 2049
+_PLAIN_NGRAM = 1024  # the longest n-gram and m-gram llama.cpp's arg.cpp accepts
+PLAIN_ARGS = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(_PLAIN_NGRAM),
+              "--spec-ngram-simple-size-m", str(_PLAIN_NGRAM))
+PLAIN_MAX_TOKENS = 2 * _PLAIN_NGRAM + 1  # common_ngram_simple_draft needs more tokens than n + m + 1
 
 
 def spec_type_args(spec_type: str) -> list[str]:

@@ -25,7 +25,7 @@ from localspec.bench.common import HALVES, machine_info, median
 from localspec.bench.fim_answers import fim_answers
 from localspec.config import GenConfig
 from localspec.costmodel import priors
-from localspec.costmodel.lookup import LONG_RUN, LOOKUP_MAX_L
+from localspec.costmodel.lookup import LOOKUP_MAX_L, gate_key
 
 FIM_KIND = "fim"  # the editor's completion requests (bench/fim_answers.py), not a prompt set
 FIM_N_PREDICT = 64  # bench fim's answer length
@@ -39,8 +39,7 @@ def lookup_counts(answers: list[tuple[str, list[int], list[int]]], n_min: int, n
     out: dict[str, list[float]] = {}
     for _, prompt, gen in answers:
         index, regions = tools.ngram_index(n_min, n_max, barrier), tools.lookup_regions(prompt, *fim)
-        for key, (acc, reached) in priors.replay_lookups(prompt, gen, index, regions, LOOKUP_MAX_L,
-                                                         long_run=LONG_RUN).items():
+        for key, (acc, reached) in priors.replay_lookups(prompt, gen, index, regions, LOOKUP_MAX_L, gate_key).items():
             row = out.setdefault(key, [0.0, 0.0])
             row[0] += acc
             row[1] += reached

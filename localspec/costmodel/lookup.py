@@ -46,7 +46,7 @@ def lookup_limit(run: int) -> int:
 GAIN_PRIOR_TRIALS = 2.0
 
 
-LONG = "long"  # a gate key's mark for a match inside a long copy (run >= LONG_RUN)
+LONG = priors.LONG  # a gate key's mark for a match inside a long copy (run >= LONG_RUN)
 
 
 def gate_key(source: str, matched: int, origin: str = "", run: int = 0) -> tuple:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from importlib import resources
 
 PRIOR_WEIGHT = 6.0  # positions of evidence a shipped lookup prior is worth (live ones add to it)
@@ -34,7 +34,7 @@ MIN_EVIDENCE = 20.0  # a key fitted on fewer reached positions keeps the uninfor
 DRAFT_PRIOR_WEIGHT = 8.0  # verifications a shipped draft acceptance is worth (acceptance.py's weight)
 _FILE = "priors.json"
 _PROMPT = "prompt"  # decode/drafters/base.PROMPT: a match in the text the turn was given
-_LONG = "long"  # costmodel/lookup.LONG: a match inside a long copy (lookup imports this module)
+LONG = "long"  # a gate key's mark for a match inside a long copy (costmodel/lookup.gate_key)
 _enabled = True
 
 
@@ -88,7 +88,7 @@ def _lookup_table() -> dict[Hashable, tuple[float, float]]:
     # a match in the client's prediction (decode/drafters/prediction.py) starts where a prompt
     # match of that length does (text the client gave), until the prediction has priors of its own
     for key, row in list(out.items()):
-        if key[0] == "ngram" and key[2:3] in ((), (_PROMPT,)) and key[3:] in ((), (_LONG,)):
+        if key[0] == "ngram" and key[2:3] in ((), (_PROMPT,)) and key[3:] in ((), (LONG,)):
             out.setdefault(("prediction", key[1], *key[3:]), row)
     return out
 
@@ -148,14 +148,14 @@ def right_prefix(draft: Sequence[int], rest: Sequence[int]) -> int:
 
 
 def replay_lookups(prompt: list[int], gen: list[int], index, regions, l_max: int,
-                   source: str = "ngram", *, long_run: int) -> dict[str, list[float]]:
+                   key: Callable[[str, int, str, int], tuple], source: str = "ngram") -> dict[str, list[float]]:
     """{"source:matched:origin": [accepted, reached]} of a lookup that drafts (up to l_max tokens)
     wherever the history has a match, along a greedy answer: after a draft the walk moves
     past its accepted tokens and the target's own one, as a verification does; reached counts
     as LookupGate.update does (the accepted tokens and the rejected one). `regions`
-    (decode/drafters/lookup.Regions of the prompt) names where each match continues;
-    `long_run`: costmodel/lookup.LONG_RUN (a match whose copy agrees that far back is keyed
-    apart, as lookup.gate_key keys it)."""
+    (decode/drafters/lookup.Regions of the prompt) names where each match continues; `key`:
+    costmodel/lookup.gate_key (proposer, match length, origin, agreement run -> the gate's key),
+    so the counts are keyed as the live gate learns."""
     out: dict[str, list[float]] = {}
     i = 1  # gen[0] comes from the prompt's own decode
     while i < len(gen):
@@ -165,8 +165,7 @@ def replay_lookups(prompt: list[int], gen: list[int], index, regions, l_max: int
             i += 1
             continue
         tau = right_prefix(toks, gen[i:])
-        key = (source, matched, *filter(None, [regions.origin(index.at)]), *((_LONG,) if index.run >= long_run else ()))
-        row = out.setdefault(key_text(key), [0.0, 0.0])
+        row = out.setdefault(key_text(key(source, matched, regions.origin(index.at), index.run)), [0.0, 0.0])
         row[0] += tau
         row[1] += min(tau + 1, len(toks))
         i += tau + 1
