@@ -294,7 +294,7 @@ def test_the_forecast_prices_each_iteration_before_its_outcome_teaches_the_estim
     assert turn.stats.forecast == pytest.approx([1.0, FLAT(1)])
 
 
-def test_forecast_sums_and_speedup():
+def test_forecast_sums():
     from localspec.costmodel import forecast
 
     assert forecast.chain_tokens([]) == 1.0
@@ -303,5 +303,3 @@ def test_forecast_sums_and_speedup():
     forecast.add(into, 3.0, 0.03)
     forecast.add(into, 1.0, 0.01)
     assert into == pytest.approx([4.0, 0.04])
-    assert forecast.speedup(into, 0.02) == pytest.approx(2.0)  # 100 tok/s against 50 tok/s
-    assert forecast.speedup([], 0.02) is None

@@ -65,9 +65,3 @@ def add(into: list[float], tokens: float, seconds: float) -> None:
     into[0] += tokens
     into[1] += seconds
 
-
-def speedup(forecast: Sequence[float], ar_seconds: float) -> float | None:
-    """The forecast's speedup over an AR step of `ar_seconds`; None when nothing ran."""
-    if len(forecast) < 2 or forecast[1] <= 0.0:
-        return None
-    return forecast[0] / forecast[1] * ar_seconds
