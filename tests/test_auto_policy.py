@@ -294,6 +294,28 @@ def test_the_forecast_prices_each_iteration_before_its_outcome_teaches_the_estim
     assert turn.stats.forecast == pytest.approx([1.0, FLAT(1)])
 
 
+def test_the_forecast_prices_a_recurrent_targets_catch_up_as_the_prediction_does():
+    """On a memory that rolls back only `target_rollback` tokens, a draft longer than that
+    costs a catch-up decode of the kept tokens unless it is accepted whole: the forecast adds
+    it with the same rule as CostModel.iteration_seconds (rollback_seconds); attention adds none."""
+    from localspec.costmodel import forecast
+
+    cm = CostModel(FLAT, CostCurve([1, 8], [0.004, 0.006]))
+    probs = [0.5] * 8
+    tokens = forecast.chain_tokens(probs)
+    plain = forecast.iteration_seconds(cm, 9, 0, 1, 0.0, 8, probs, tokens)
+    assert plain == pytest.approx(FLAT(9))
+    cm.target_rollback = 4
+    kept = round(tokens)
+    assert forecast.iteration_seconds(cm, 9, 0, 1, 0.0, 8, probs, tokens) == pytest.approx(
+        FLAT(9) + (1 - 0.5**8) * FLAT(kept))
+    assert forecast.iteration_seconds(cm, 5, 0, 1, 0.0, 4, probs[:4], tokens) == pytest.approx(FLAT(5))  # within rollback
+    # the prediction charges the same catch-up for the same draft
+    cm.acceptance.accepted, cm.acceptance.trials, cm.acceptance.prior_weight = 50.0, 100.0, 0.0
+    base = cm.draft(1) + 7 * cm.draft(1) + FLAT(9) + cm.overhead
+    assert cm.iteration_seconds(1, 8) == pytest.approx(base + (1 - 0.5**8) * FLAT(round(cm.expected_tokens(1, 8))))
+
+
 def test_forecast_sums():
     from localspec.costmodel import forecast
 

@@ -19,11 +19,10 @@ acceptance estimate's, a miss in seconds a curve's.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from localspec.costmodel.lookup import LookupGate
     from localspec.costmodel.predict import CostModel
 
 
@@ -37,25 +36,40 @@ def chain_tokens(probs: Sequence[float]) -> float:
     return e
 
 
-def model_tokens(cm: CostModel, K: int, confs: Sequence[float], drafted: int) -> float:
-    """Expected tokens of a draft-model iteration: one draft by its calibrated confidences;
-    K drafts (no confidence per draft kept) by the mean acceptance at their length."""
+def whole(probs: Sequence[float]) -> float:
+    """The chance a draft with these per-token acceptances is accepted whole."""
+    out = 1.0
+    for p in probs:
+        out *= p
+    return out
+
+
+def model_probs(cm: CostModel, K: int, confs: Sequence[float], drafted: int) -> list[float]:
+    """Per-token acceptance of a draft-model draft: one draft by its calibrated confidences;
+    K drafts (no confidence per draft kept) by the mean acceptance, as one chain."""
     if K == 1 and confs:
-        return chain_tokens([cm.acceptance.accept_prob(c) for c in confs[:drafted]])
+        return [cm.acceptance.accept_prob(c) for c in confs[:drafted]]
+    return [cm.acceptance.alpha] * drafted
+
+
+def model_tokens(cm: CostModel, K: int, confs: Sequence[float], drafted: int) -> float:
+    """Expected tokens of a draft-model iteration (K drafts: P(some draft matches i tokens))."""
+    if K == 1 and confs:
+        return chain_tokens(model_probs(cm, K, confs, drafted))
     return cm.expected_tokens(K, drafted)
 
 
-def lookup_tokens(gate: LookupGate, key: Hashable, drafted: int) -> float:
-    """Expected tokens of a lookup draft of `drafted` tokens: the gate's estimate for its
-    key (the estimate, not the optimistic bet the gate explores with)."""
-    return chain_tokens([gate.alpha(key)] * drafted)
-
-
-def iteration_seconds(cm: CostModel, rows: int, draft_calls: int, K: int, overhead: float) -> float:
+def iteration_seconds(cm: CostModel, rows: int, draft_calls: int, K: int, overhead: float,
+                      drafted: int = 0, probs: Sequence[float] = (), tokens: float = 1.0) -> float:
     """What the curves price an iteration of `rows` target rows and `draft_calls` draft
-    decodes at, with the Python work measured per iteration of its kind (`overhead`)."""
+    decodes at, with the Python work measured per iteration of its kind (`overhead`), and,
+    on a recurrent memory, the catch-up a draft of `drafted` tokens with per-token
+    acceptances `probs` (expected to emit `tokens`) costs when it is not accepted whole
+    (CostModel.rollback_seconds, as the prediction prices it)."""
     draft = draft_calls * cm.draft(max(K, 1)) if draft_calls else 0.0
-    return draft + cm.target(max(rows, 1)) + overhead
+    kept = max(1, round(tokens))
+    back = cm.rollback_seconds(drafted, kept, whole(probs), whole(probs[: max(drafted - 1, 0)]), draft_calls > 0)
+    return draft + cm.target(max(rows, 1)) + overhead + back
 
 
 def add(into: list[float], tokens: float, seconds: float) -> None:

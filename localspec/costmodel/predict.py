@@ -150,10 +150,19 @@ class CostModel:
             return s
         a = self.acceptance.alpha
         kept = max(1, round(self.expected_tokens(K, L)))  # tokens a partial acceptance keeps
+        return s + self.rollback_seconds(L, kept, a**L, a ** max(L - 1, 0), drafts=True)
+
+    def rollback_seconds(self, L: int, kept: int, p_whole: float, p_draft_whole: float, drafts: bool) -> float:
+        """What a recurrent memory adds to an L-token draft's iteration (0 for attention):
+        the target's catch-up decode of the `kept` tokens when the draft is not accepted
+        whole (chance 1 - p_whole) and is longer than its rollback snapshots, and a recurrent
+        draft model's re-evaluation of them (chance 1 - p_draft_whole; `drafts`: a draft
+        model drafted, not a lookup)."""
+        s = 0.0
         if self.target_rollback is not None and L > self.target_rollback:
-            s += (1.0 - a**L) * self.target(kept)  # the catch-up decode on the main state
-        if self.draft_reevaluates:
-            s += (1.0 - a ** max(L - 1, 0)) * (self.draft(kept) - self.draft(1))
+            s += (1.0 - p_whole) * self.target(kept)  # the catch-up decode on the main state
+        if drafts and self.draft_reevaluates:
+            s += (1.0 - p_draft_whole) * (self.draft(kept) - self.draft(1))
         return s
 
     def predict(self, method: str, K: int, L: int) -> Prediction:

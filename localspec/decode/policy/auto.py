@@ -250,16 +250,20 @@ class AutoPolicy:
             tokens, seconds = 1.0, cm.target(1)
         else:
             K = plan.settings.K if plan.settings is not None else 1
-            overhead = self.gate.overhead if plan.role == "lookup" else cm.overhead
-            seconds = forecast.iteration_seconds(cm, res.rows, res.draft_calls, K, overhead)
+            probs: list[float] = []
             if plan.role == "lookup" and isinstance(bet, Bet):
-                tokens = forecast.lookup_tokens(self.gate, bet.key, res.drafted)
+                probs = [self.gate.alpha(bet.key)] * res.drafted
+                tokens = forecast.chain_tokens(probs)
             elif plan.role == "stack" and isinstance(bet, Bet) and self.turn.stats.predicted:
                 tokens = self.turn.stats.predicted[-1][1] + self.gate.stack_gain(bet.key)
             elif plan.role == "model":
+                probs = forecast.model_probs(cm, K, res.confs, res.drafted)
                 tokens = forecast.model_tokens(cm, K, res.confs, res.drafted)
             else:  # the grammar's forced tokens: never rejected
-                tokens = res.drafted + 1.0
+                probs, tokens = [1.0] * res.drafted, res.drafted + 1.0
+            overhead = self.gate.overhead if plan.role == "lookup" else cm.overhead
+            seconds = forecast.iteration_seconds(cm, res.rows, res.draft_calls, K, overhead,
+                                                 res.drafted, probs, tokens)
         forecast.add(self.turn.stats.forecast, tokens, seconds)
 
     def learn(self, plan: IterationPlan, res: IterationResult | None) -> None:
