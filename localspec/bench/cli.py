@@ -10,7 +10,7 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    b = sub.add_parser("bench", help="benchmarks: speed, ar, tables, memory, suffix, slots, ceiling, constraint, agent, fim, priors; parse and verify (own --help)",
+    b = sub.add_parser("bench", help="benchmarks: speed, paired, ar, tables, memory, suffix, slots, ceiling, constraint, agent, fim, priors; parse and verify (own --help)",
                        epilog="also `localspec bench parse --help` (PARSE accuracy and speed on HumanEval) and "
                               "`localspec bench verify --help` (verifier micro-benchmark)")
     bsub = b.add_subparsers(dest="bench_command", metavar="BENCH")
@@ -22,6 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         constraint,
         fim,
         memory,
+        paired,
         priors,
         slots,
         speed,
@@ -99,5 +100,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                                 "--out localspec/data/priors.json")
     priors.add_args(pr)
     pr.set_defaults(func=priors.main)
+
+    pa = bsub.add_parser("paired", help="two settings A and B on the same prompts, each run A B B A in one process: "
+                         "the median B/A tok/s, for decisions a 3 % noise would otherwise hide",
+                         formatter_class=argparse.RawDescriptionHelpFormatter, description=paired.__doc__,
+                         epilog="example: localspec bench paired -m qwen2.5-coder-1.5b-f16 --kinds code "
+                                "--a=\"-md qwen2.5-coder-0.5b-q4_0\" --b=\"-md qwen2.5-coder-0.5b-q4_0-pure\"")
+    paired.add_args(pa)
+    pa.set_defaults(func=paired.main)
 
     b.set_defaults(func=lambda a: (b.print_help(), 2)[1])
