@@ -106,3 +106,16 @@ def test_paired_runs_on_smollm2(tmp_path: Path, smollm2_path: Path, smollm2_q4_0
     assert opened == [(str(smollm2_path), None), (str(smollm2_path), str(smollm2_q4_0_path))]
     printed = capsys.readouterr().out
     assert "| code-he2 |" in printed and "B/A per prompt: median" in printed
+
+
+def test_a_structured_prompt_is_answered_under_its_schema_unless_the_side_gave_one() -> None:
+    from localspec.bench.common import Prompt
+
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    free, structured = Prompt("chat", "c", "hi"), Prompt("structured", "s", "give a", schema=schema)
+    cfg = make_side("A", "", _args(), "t.gguf", None).asked.cfg
+    assert paired.for_prompt(cfg, free) is cfg
+    got = paired.for_prompt(cfg, structured).constraint
+    assert got is not None and got.kind == "json_schema" and json.loads(got.text) == schema
+    own = make_side("B", "-j '{\"type\": \"string\"}'", _args(), "t.gguf", None).asked.cfg
+    assert paired.for_prompt(own, structured).constraint.text == own.constraint.text  # the side's own wins

@@ -22,7 +22,7 @@ import shlex
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from localspec.bench.common import HALVES, load_prompts, machine_info, write_json
@@ -30,6 +30,8 @@ from localspec.bench.runner import drain, session_prompt
 from localspec.errors import ConfigError
 
 if TYPE_CHECKING:
+    from localspec.bench.common import Prompt
+    from localspec.config import GenConfig
     from localspec.session import Session, SessionOptions
     from localspec.settings import Asked
 
@@ -111,7 +113,15 @@ def make_side(name: str, flags: str, a: argparse.Namespace, target: str, draft: 
         raise ConfigError(f"--{name.lower()} {flags!r}: {e} (`localspec run` flags)") from None
 
 
-def run_pairs(sides: list[Side], prompts: list, progress=None) -> tuple[list[PromptResult], bool]:
+def for_prompt(cfg: GenConfig, p: Prompt) -> GenConfig:
+    """A side's config for one prompt: a structured prompt is answered under its own schema
+    (as `bench speed` does), unless the side gave one (-j / --grammar)."""
+    if p.constraint is None or cfg.constraint is not None:
+        return cfg
+    return replace(cfg, constraint=p.constraint)
+
+
+def run_pairs(sides: list[Side], prompts: list[Prompt], progress=None) -> tuple[list[PromptResult], bool]:
     """A B B A (every other prompt B A A B); returns the results and whether Ctrl-C cut them short."""
     from localspec.loading import open_session
     from localspec.settings import resolve
@@ -132,7 +142,7 @@ def run_pairs(sides: list[Side], prompts: list, progress=None) -> tuple[list[Pro
                     sess = sessions[sides[i].key]
                     sess.forget_lookups()
                     sess.forget_learning(priors=True)
-                    done = drain(sess.generate(session_prompt(p), cfgs[i]))
+                    done = drain(sess.generate(session_prompt(p), for_prompt(cfgs[i], p)))
                     r.tok_per_s[SIDES[i]].append(done.stats.tok_per_s)
                     if texts.setdefault(SIDES[i], done.text) != done.text:
                         r.same_text = False  # a sampled side: its two runs differ
