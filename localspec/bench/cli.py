@@ -101,7 +101,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     priors.add_args(pr)
     pr.set_defaults(func=priors.main)
 
-    pa = bsub.add_parser("paired", help="two settings A and B on the same prompts, each run A B B A in one process: "
+    pa = bsub.add_parser("paired", help="two settings A and B on the same prompts, each run A B B A or B A A B in one process: "
                          "the median B/A tok/s, for decisions a 3 % noise would otherwise hide",
                          formatter_class=argparse.RawDescriptionHelpFormatter, description=paired.__doc__,
                          epilog="example: localspec bench paired -m qwen2.5-coder-1.5b-f16 --kinds code "
