@@ -119,3 +119,13 @@ def test_a_structured_prompt_is_answered_under_its_schema_unless_the_side_gave_o
     assert got is not None and got.kind == "json_schema" and json.loads(got.text) == schema
     own = make_side("B", "-j '{\"type\": \"string\"}'", _args(), "t.gguf", None).asked.cfg
     assert paired.for_prompt(own, structured).constraint.text == own.constraint.text  # the side's own wins
+
+
+@pytest.mark.parametrize("argv", [["bench", "--help"], ["bench", "paired", "--help"]])
+def test_the_help_prints(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse %-formats every help string: a bare "3 %" in one made `bench --help` crash."""
+    from localspec.cli.main import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 0 and "paired" in capsys.readouterr().out

@@ -102,7 +102,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.set_defaults(func=priors.main)
 
     pa = bsub.add_parser("paired", help="two settings A and B on the same prompts, each run A B B A or B A A B in one process: "
-                         "the median B/A tok/s, for decisions a 3 % noise would otherwise hide",
+                         "the median B/A tok/s, for decisions a 3 %% noise would otherwise hide",
                          formatter_class=argparse.RawDescriptionHelpFormatter, description=paired.__doc__,
                          epilog="example: localspec bench paired -m qwen2.5-coder-1.5b-f16 --kinds code "
                                 "--a=\"-md qwen2.5-coder-0.5b-q4_0\" --b=\"-md qwen2.5-coder-0.5b-q4_0-pure\"")
