@@ -40,7 +40,7 @@ def test_sides_share_a_session_only_when_their_models_and_options_agree() -> Non
     assert same[0].key == same[1].key  # generation flags alone: one loaded session
     other = make_side("B", "-md other.gguf", a, "t.gguf", "d.gguf")
     assert other.key != same[0].key and other.draft == "other.gguf"
-    none = make_side("B", "-md none", a, "t.gguf", "d.gguf")
+    none = make_side("B", "-md ''", a, "t.gguf", "d.gguf")
     assert none.draft is None and none.key != same[0].key
     assert make_side("B", "--ctx 2048", a, "t.gguf", "d.gguf").key != same[0].key
 

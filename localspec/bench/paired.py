@@ -106,8 +106,7 @@ def make_side(name: str, flags: str, a: argparse.Namespace, target: str, draft: 
         raise ConfigError(f"--{name.lower()} {flags!r}: {e}") from None
     try:
         ns = side_parser().parse_args(common + own)
-        if ns.draft in ("none", "-"):
-            ns.draft = None
+        ns.draft = ns.draft or None  # -md '': no draft model (the bench's convention, as `bench fim`)
         return Side(name, flags, ns.target, ns.draft, asked_of(ns), session_options(ns))
     except ConfigError as e:
         raise ConfigError(f"--{name.lower()} {flags!r}: {e} (`localspec run` flags)") from None
@@ -193,7 +192,8 @@ def main(a: argparse.Namespace) -> int:
     sides = [make_side(n, f, a, target, draft) for n, f in zip(SIDES, (a.a, a.b), strict=True)]
     prompts = load_prompts(a.prompts, a.kinds, a.limit, a.half)
     if not prompts:
-        raise ConfigError(f"no prompts match --kinds {' '.join(a.kinds or [])} --half {a.half}".rstrip())
+        kinds = f"--kinds {' '.join(a.kinds)} " if a.kinds else ""
+        raise ConfigError(f"no prompts match {kinds}--half {a.half}")
     from tqdm import tqdm
 
     started = time.perf_counter()
@@ -243,7 +243,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "would be read as that flag")
     p.add_argument("--b", required=True, metavar="FLAGS",
                    help="setting B, likewise (e.g. --b=\"-md qwen2.5-coder-0.5b-q4_0-pure\", --b=\"--method sd -L 8\", "
-                        "--b=\"-md none\" for no draft model); the same as --a: an A/A run, the noise floor")
+                        "--b=\"-md ''\" for no draft model); the same as --a: an A/A run, the noise floor")
     p.add_argument("-m", "--target", default=None, help="target both sides use unless they say (default: the default pair)")
     p.add_argument("-md", "--draft", default=None, help="draft both sides use unless they say")
     p.add_argument("--kinds", nargs="*", default=None, help="prompt kinds (edit, code, chat, structured...)")
