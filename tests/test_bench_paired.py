@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,9 @@ def test_the_ratio_is_bs_summed_speed_over_as_and_the_first_run_alternates() -> 
     assert s["median"] == pytest.approx(1.0) and s["min"] == pytest.approx(0.9) and s["max"] == pytest.approx(1.1)
     assert (s["prompts"], s["b_faster"], s["same_text"]) == (3, 1, 2)
     assert summary([]) == {"prompts": 0}
+    silent = PromptResult("z", {"A": [0.0, 0.0], "B": [5.0, 5.0]})  # A wrote nothing: no ratio, no crash
+    assert math.isnan(silent.ratio) and summary([*rs, silent])["prompts"] == 3
+    assert summary([*rs, silent])["same_text"] == 2
 
 
 def test_paired_runs_on_smollm2(tmp_path: Path, smollm2_path: Path, smollm2_q4_0_path: Path,

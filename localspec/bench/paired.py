@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import statistics
 import sys
@@ -72,8 +73,10 @@ class PromptResult:
 
     @property
     def ratio(self) -> float:
-        """B's summed tok/s over A's (each side ran as often)."""
-        return sum(self.tok_per_s["B"]) / sum(self.tok_per_s["A"])
+        """B's summed tok/s over A's (each side ran as often); NaN where A wrote nothing
+        (an answer that ended at once has no speed to compare)."""
+        a = sum(self.tok_per_s["A"])
+        return sum(self.tok_per_s["B"]) / a if a > 0 else math.nan
 
 
 class _SideParser(argparse.ArgumentParser):
@@ -159,17 +162,18 @@ def run_pairs(sides: list[Side], prompts: list[Prompt], progress=None) -> tuple[
 
 def summary(results: list[PromptResult]) -> dict:
     """Median and spread of the per-prompt B/A ratios; how many prompts B won."""
-    rs = [r.ratio for r in results]
+    kept = [r for r in results if math.isfinite(r.ratio)]
+    rs = [r.ratio for r in kept]
     if not rs:
         return {"prompts": 0}
     return {
-        "prompts": len(rs),
+        "prompts": len(rs),  # those with a ratio
         "median": statistics.median(rs),
         "mean": statistics.fmean(rs),
         "min": min(rs),
         "max": max(rs),
         "b_faster": sum(x > 1.0 for x in rs),
-        "same_text": sum(r.same_text for r in results),
+        "same_text": sum(r.same_text for r in kept),
     }
 
 
@@ -213,7 +217,7 @@ def main(a: argparse.Namespace) -> int:
     print(f"{len(results)} prompts ({', '.join(a.kinds or ['all'])}, half {a.half}), n={a.n_predict}, T={a.temp}, "
           f"each A B B A or B A A B, first turns" + (" — INTERRUPTED, partial results" if interrupted else ""))
     print(table(results))
-    if results:
+    if s["prompts"]:
         print(f"B/A per prompt: median {s['median']:.3f}, mean {s['mean']:.3f}, range {s['min']:.3f}-{s['max']:.3f}; "
               f"B faster on {s['b_faster']}/{s['prompts']}; same text on {s['same_text']}/{s['prompts']}")
     payload = {
