@@ -108,3 +108,16 @@ def test_run_all_interleaves_and_drops_a_failing_peer(monkeypatch: pytest.Monkey
     assert [(r.prompt_id, r.label) for r in runs] == [("p0", "ar"), ("p0", "sd K=1 L=4"), ("p1", "ar"), ("p1", "sd K=1 L=4")]
     assert [r.extra["ablation"] for r in runs] == [True, True, False, False]
     assert capsys.readouterr().err.count("llama.cpp peer failed") == 1
+
+
+def test_a_reversed_job_runs_the_peers_first_and_records_each_position(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(peer, "run_speculative_simple",
+                        lambda *a, **kw: peer.PeerResult(20.0, 10, 8, 8, 0.4, ["spec"], "", text="abcd"))
+    specs = [spec("ar"), spec("sd", 1, 4)]
+    peers = [Spec(PEER, 1, 16), Spec(PEER, 1, 16, proposers="ngram-simple")]
+    jobs = [Job(Prompt("d", f"p{i}", "q"), specs, i, peers[0], more_peers=peers[1:], reverse=i == 1) for i in range(2)]
+    runs, _ = Runner(Scripted(), _args(), (Path("t"), Path("d"))).run_all(jobs, "test")
+    forward = ["ar", "sd K=1 L=4", peers[0].label, peers[1].label]
+    assert [(r.prompt_id, r.label) for r in runs] == [("p0", x) for x in forward] + [("p1", x) for x in forward[::-1]]
+    assert [r.extra["position"] for r in runs] == [0, 1, 2, 3] * 2
+    assert [r.extra["reversed"] for r in runs] == [False] * 4 + [True] * 4

@@ -89,3 +89,37 @@ def test_predicted_vs_measured_sets_the_cost_models_promise_beside_the_result() 
     assert r["seconds_per_pass"] == pytest.approx([0.2, (5 / 20 + 100 / 15 / 20) / 2])
     assert "| auto | 1.50x | 2.75x | 2.50x | 2.50x | 0.90 | 0.80 | 6.00 / 5.00 / 5.00 | 200 / 200 / 292 |" in md
     assert predicted_vs_measured(results[:2]) == ("", {})
+
+
+def test_alternate_order_reverses_every_other_prompt_and_each_prompts_repeats() -> None:
+    from localspec.bench.common import Prompt
+    from localspec.bench.runner import PEER, Spec
+    from localspec.bench.speed import make_jobs
+
+    prompts = [Prompt("code", f"p{i}", "q") for i in range(3)]
+    peers = [Spec(PEER, 1, 16), Spec(PEER, 1, 16, proposers="ngram-simple")]
+    jobs = make_jobs(prompts, parse_grid(["auto"], []), peers, repeats=2)
+    assert [(j.prompt.id, j.reverse) for j in jobs] == [
+        ("p0#0", False), ("p1#0", True), ("p2#0", False), ("p0#1", True), ("p1#1", False), ("p2#1", True)]
+    assert all(j.peers == peers for j in jobs)  # every llama.cpp setting on every prompt
+    assert not any(j.reverse for j in make_jobs(prompts, [], peers, repeats=2, order="fixed"))
+
+
+def test_order_effect_compares_a_columns_speed_reversed_over_forward_per_prompt() -> None:
+    from localspec.bench.speed import order_effect
+
+    def r(label: str, prompt: str, tok_s: float, rev: bool | None) -> Run:
+        x = Run("", prompt, "", 1, 0, 0.0, tok_s, label=label)
+        if rev is not None:
+            x.extra["reversed"] = rev
+        return x
+
+    runs = [r("ar", "a#0", 10.0, False), r("ar", "a#1", 11.0, True),  # a: 1.10
+            r("ar", "b#0", 20.0, True), r("ar", "b#1", 18.0, False),  # b: 1.11
+            r("ar", "c#0", 30.0, False),  # c ran one way only: left out
+            r("auto", "a#0", 20.0, False), r("auto", "a#1", 19.0, True),
+            r("fixed", "a#0", 5.0, None), r("fixed", "a#1", 9.0, None)]  # no order recorded
+    eff = order_effect(runs)
+    assert set(eff) == {"ar", "auto"}
+    assert eff["ar"] == pytest.approx((1.1 + 20 / 18) / 2) and eff["auto"] == pytest.approx(0.95)
+    assert order_effect([r("ar", "a#0", 10.0, False), r("ar", "b#0", 11.0, True)]) == {}

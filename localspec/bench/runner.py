@@ -3,8 +3,8 @@
 `bench speed` and `bench tables` differ in WHAT they run (a methods x K:L grid; Table 1
 columns plus K/L/T sweeps) and in how they summarize it, not in how one generation is
 measured; so both build `Job`s of `Spec`s and hand them to `Runner.run_all`, which runs
-every spec of a prompt back to back (AR first, the peer last) on one loaded pair and
-records each generation as a `Run`. Everything goes through the public Session API: the
+every spec of a prompt back to back on one loaded pair (AR first, the peer last, or the
+whole sequence reversed for a job marked `reverse`) and records each generation as a `Run`. Everything goes through the public Session API: the
 prompt reaches localspec as chat messages (or raw text) and llama.cpp's own tool as the
 text `Session.render` makes of the same messages.
 """
@@ -145,6 +145,9 @@ class Job:
     peer: Spec | None = None
     extra: dict = field(default_factory=dict)
     more_peers: list[Spec] = field(default_factory=list)  # other llama.cpp --spec-type settings
+    # run the sequence back to front (the peers first, AR last): a column's position within a
+    # prompt moves its speed (docs/bench.md#paired), so `bench speed` alternates it by prompt
+    reverse: bool = False
 
     @property
     def peers(self) -> list[Spec]:
@@ -252,8 +255,10 @@ class Runner:
         )  # fmt: skip
 
     def run_all(self, jobs: Sequence[Job], desc: str) -> tuple[list[Run], bool]:
-        """Every job's specs, then its peer run; (runs, interrupted). Ctrl-C stops the
-        bench but keeps what was measured, so a long run still writes its results."""
+        """Every job's specs, then its peer runs (back to front where the job says
+        `reverse`); (runs, interrupted). Each run's extra records its position in the
+        prompt's sequence. Ctrl-C stops the bench but keeps what was measured, so a long run
+        still writes its results."""
         from tqdm import tqdm
 
         runs: list[Run] = []
@@ -264,21 +269,24 @@ class Runner:
         try:
             for job in jobs:
                 p = job.prompt
-                for s in job.specs:
-                    bar.set_postfix_str(f"{p.id} {s.label} T={s.T:g}")
-                    r = self.local(p, s, job.seed)
-                    r.extra.update(job.extra)
+                steps = [(False, s) for s in job.specs] + [(True, s) for s in job.peers]
+                for pos, (is_peer, s) in enumerate(reversed(steps) if job.reverse else steps):
+                    if is_peer and self.peer_models is None:  # not built, or failed earlier
+                        continue
+                    bar.set_postfix_str(f"{p.id} {s.label}" + ("" if is_peer else f" T={s.T:g}"))
+                    if is_peer:
+                        try:
+                            r = self.peer(p, s, job.seed)
+                        except (peer.PeerRunError, peer.PeerNotBuiltError) as e:
+                            print(f"\nllama.cpp peer failed, no more peer runs: {e}", file=sys.stderr)
+                            self.peer_models = None
+                            bar.update(1)
+                            continue
+                    else:
+                        r = self.local(p, s, job.seed)
+                        r.extra.update(job.extra)
+                    r.extra.update(position=pos, reversed=job.reverse)  # where in the prompt's sequence it ran
                     runs.append(r)
-                    bar.update(1)
-                for ps in job.peers:
-                    if self.peer_models is None:
-                        break
-                    bar.set_postfix_str(f"{p.id} {ps.label}")
-                    try:
-                        runs.append(self.peer(p, ps, job.seed))
-                    except (peer.PeerRunError, peer.PeerNotBuiltError) as e:
-                        print(f"\nllama.cpp peer failed, no more peer runs: {e}", file=sys.stderr)
-                        self.peer_models = None
                     bar.update(1)
         except KeyboardInterrupt:
             interrupted = True

@@ -1,7 +1,8 @@
 """`localspec bench speed`: AR vs speculative methods vs llama.cpp's own speculative loop.
 
 Every configuration runs on every prompt, interleaved (AR, m1, m2, ..., peer, then the next
-prompt), in one process, so machine drift hits all columns alike; figures are medians over
+prompt, which runs them back to front: `--order`), in one process, so machine drift hits all
+columns alike and no column always holds the first or the last place; figures are medians over
 prompts and speedups are medians of per-prompt ratios to the AR run of the same prompt.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import replace
 
 from localspec.bench.common import (
     HALVES,
+    Prompt,
     add_placement_args,
     load_prompts,
     machine_info,
@@ -226,6 +228,31 @@ def greedy_identical(results: list[Run]) -> dict[str, bool]:
     return {pid: len(set(v.values())) == 1 for pid, v in texts.items()}
 
 
+def make_jobs(prompts: list[Prompt], configs: list[Spec], peer_specs: list[Spec], repeats: int,
+              order: str = "alternate") -> list[Job]:
+    """One job per prompt and repeat; with order "alternate" every other one runs back to
+    front, and a prompt's repeats alternate too, so with `--repeats 2` each prompt runs once
+    each way (what `order_effect` compares)."""
+    return [
+        Job(replace(p, id=f"{p.id}#{rep}"), configs, 1000 * rep + pi, peer_specs[0], more_peers=peer_specs[1:],
+            reverse=order == "alternate" and (pi + rep) % 2 == 1)
+        for rep in range(repeats) for pi, p in enumerate(prompts)
+    ]  # fmt: skip
+
+
+def order_effect(results: list[Run]) -> dict[str, float]:
+    """Per column, the median over prompts that ran both ways (`--order alternate
+    --repeats 2`) of its tok/s with the order reversed over its tok/s in the forward order:
+    how much a column's position, not its method, moved its speed."""
+    both: dict[str, dict[str, dict[bool, list[float]]]] = {}
+    for r in results:
+        if r.tok_per_s > 0 and "reversed" in r.extra:
+            by = both.setdefault(r.label, {}).setdefault(r.prompt_id.split("#")[0], {False: [], True: []})
+            by[r.extra["reversed"]].append(r.tok_per_s)
+    return {lab: median([statistics.mean(v[True]) / statistics.mean(v[False]) for v in ps.values() if v[True] and v[False]])
+            for lab, ps in both.items() if any(v[True] and v[False] for v in ps.values())}  # fmt: skip
+
+
 def main(a: argparse.Namespace) -> int:
     from localspec.errors import ConfigError
     from localspec.loading import open_session
@@ -252,10 +279,7 @@ def main(a: argparse.Namespace) -> int:
     peer_spec = peer_specs[0]
     models = peer_paths(a.peer, target, draft)
     sess = open_session(target, draft, bench_options(a))
-    jobs = [
-        Job(replace(p, id=f"{p.id}#{rep}"), configs, 1000 * rep + pi, peer_spec, more_peers=peer_specs[1:])
-        for rep in range(a.repeats) for pi, p in enumerate(prompts)
-    ]  # fmt: skip
+    jobs = make_jobs(prompts, configs, peer_specs, a.repeats, a.order)
     try:
         results, interrupted = Runner(sess, a, models).run_all(jobs, "bench speed")
     finally:
@@ -280,6 +304,10 @@ def main(a: argparse.Namespace) -> int:
         print("\nK drafts vs one (sd) at the same L, pooled over prompts; the block-efficiency "
               "ratio is the most K drafts could gain if they cost nothing extra:")
         print(multi_md)
+    order = order_effect(results)
+    if order:
+        print("\neach column's tok/s with the order reversed over forward (median over prompts run both ways; "
+              "1.00 = its position did not move it): " + ", ".join(f"{k} {v:.3f}" for k, v in order.items()))
     pred_md, pred = predicted_vs_measured(results)
     if pred_md:
         print("\nthe cost model's predicted speedup over AR vs the measured one (medians over prompts):")
@@ -303,6 +331,7 @@ def main(a: argparse.Namespace) -> int:
         "multi_vs_single": multi,
         "predicted_vs_measured": pred,
         "constrained": con,
+        "order_effect": order,
         "interrupted": interrupted,
     }
     if a.out:
@@ -336,7 +365,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-temp", type=float, default=None)
     p.add_argument("--threads", "-t", type=int, default=2)
     p.add_argument("--ctx", type=int, default=4096)
-    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run each prompt N times (with --order alternate, a prompt's repeats alternate its order too)")
+    p.add_argument("--order", choices=("alternate", "fixed"), default="alternate",
+                   help="the columns' order within a prompt: alternate (default) runs AR, the methods, then llama.cpp "
+                        "on one prompt and the reverse on the next, so no column always runs first or last (a "
+                        "column's position moves its speed: docs/bench.md#order); fixed: always AR first")
     p.add_argument("--first-turn", action="store_true",
                    help="measure each prompt as a fresh process's first turn: what auto learned on earlier "
                         "prompts is forgotten before each (compare auto, from the shipped priors, with auto-cold)")
