@@ -197,13 +197,17 @@ def test_bench_ceiling_with_a_draft_model_end_to_end(smollm2_q8_path, smollm2_q4
     assert main(args) == 0
     data = json.loads(out.read_text())
     rows = {r["mode"]: r for r in data["rows"]}
-    assert set(rows) == {"latest", "any", "draft", "latest+draft", "any+draft"}
+    assert set(rows) == {"latest", "any", "draft", "latest+draft", "any+draft", "draft-blind"}
     assert data["draft_step_s"] == pytest.approx(0.003)
     for mode in ("latest", "any"):
         for pid, s in rows[mode]["per_prompt"].items():
             assert rows[f"{mode}+draft"]["per_prompt"][pid] >= s - 1e-9
     assert all(0.0 <= rows[m]["model_share"] <= 1.0 for m in ("draft", "latest+draft"))
-    assert "% by the model" in capsys.readouterr().out
+    for pid, s in rows["draft-blind"]["per_prompt"].items():  # no rule beats the oracle
+        assert s <= rows["draft"]["per_prompt"][pid] + 1e-9
+    assert 0.0 < rows["draft-blind"]["share_of_oracle"] <= 1.0 + 1e-9
+    out_text = capsys.readouterr().out
+    assert "% by the model" in out_text and "without foresight reaches" in out_text
 
 
 # ------------------------------------------------------------------ constrained answers, the engine's curve
@@ -254,3 +258,55 @@ def test_the_engine_curve_times_decodes_with_every_rows_logits(smollm2_q8_path) 
 
     points = tools.verify_curve(smollm2_q8_path, 2, (1, 8), reps=2)
     assert sorted(points) == [1, 8] and 0 < points[1] <= points[8]
+
+
+# ------------------------------------------------------------------ the rule without foresight
+
+
+def test_calibration_is_acceptance_per_confidence_bin() -> None:
+    from localspec.bench.foresight import fit_calibration
+
+    table = fit_calibration([(True, 0.92), (False, 0.93), (True, 0.95), (True, 0.05)], bins=10)
+    assert table[9] == pytest.approx(2 / 3) and table[0] == pytest.approx(1.0)
+    assert table[4] == pytest.approx(0.45)  # no evidence: the confidence at face value
+
+
+def _oracle(agree: list[bool], cost, step: float, l_max: int) -> float:
+    from localspec.bench.ceiling import agreement_runs, mixed_replay
+
+    return mixed_replay([0] * len(agree), agreement_runs(agree), cost, step, l_max)[0]
+
+
+def test_a_rule_that_knows_acceptance_from_confidence_matches_the_oracle() -> None:
+    """Where confidence says exactly which tokens are right, stopping on it is foresight."""
+    import random
+
+    from localspec.bench.foresight import best_blind
+
+    rng = random.Random(3)
+    cost = curve_from_points({1: 1.0, 8: 1.6, 16: 2.2, 32: 4.0})
+    answers = []
+    for _ in range(4):
+        agree = [rng.random() < 0.8 for _ in range(120)]
+        answers.append([(a, 0.99 if a else 0.01) for a in agree])
+    _, per = best_blind(answers, cost, 0.1, 16)
+    for ans, (speed, _) in zip(answers, per, strict=True):
+        assert speed == pytest.approx(_oracle([a for a, _ in ans], cost, 0.1, 16), rel=0.03)
+
+
+def test_without_a_signal_the_rule_falls_short_of_the_oracle_and_never_passes_it() -> None:
+    import random
+
+    from localspec.bench.foresight import best_blind, blind_replay, fit_calibration
+
+    rng = random.Random(5)
+    cost = curve_from_points({1: 1.0, 8: 1.6, 16: 2.2, 32: 4.0})
+    answers = [[(rng.random() < 0.8, 0.8) for _ in range(150)] for _ in range(4)]  # one confidence for all
+    _, per = best_blind(answers, cost, 0.1, 16)
+    shares = [s / _oracle([a for a, _ in ans], cost, 0.1, 16) for ans, (s, _) in zip(answers, per, strict=True)]
+    assert max(shares) < 0.95
+    table = fit_calibration([p for ans in answers for p in ans])
+    for rate in (0.5, 1.0, 2.0, 4.0):  # at any rate, on any answer: at most the oracle
+        for ans in answers:
+            s, _ = blind_replay([a for a, _ in ans], [c for _, c in ans], cost, 0.1, 16, rate, table)
+            assert s <= _oracle([a for a, _ in ans], cost, 0.1, 16) + 1e-9

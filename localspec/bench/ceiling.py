@@ -17,7 +17,10 @@ is -- so its speedup over AR is an upper bound for any gate on that proposer:
 
 With `-md` the draft model joins (mixed_replay): its greedy agreement with the answer, read
 off one teacher-forced decode (decode/agreement.py), and its 1-token step bound what any
-schedule of lookups, draft-model blocks and plain steps could give, chosen by an oracle.
+schedule of lookups, draft-model blocks and plain steps could give, chosen by an oracle;
+and a second row bounds the draft model alone under a rule that stops on the draft's
+confidence, as a live one must (bench/foresight.py): its share of the oracle is what
+foresight, which no policy has, is worth.
 
 When the bound is below a goal, no lookup gate, length rule, tree or chain reaches that goal
 on this machine; only a cheaper batch curve (a GPU, an F16 target), a cheaper or better
@@ -32,11 +35,13 @@ from collections.abc import Callable, Container, Sequence
 
 from localspec import tools
 from localspec.bench.common import HALVES, load_prompts, machine_info, median, write_json
+from localspec.bench.foresight import best_blind
 from localspec.config import GenConfig
 from localspec.costmodel.curves import CostCurve
 from localspec.costmodel.priors import right_prefix
 
 CostFn = Callable[[int], float]
+LABELS = {"draft": "draft model alone", "draft-blind": "draft model alone, stopped on its confidence (no foresight)"}
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 
@@ -292,9 +297,15 @@ def main(a: argparse.Namespace) -> int:
     for r in rows:
         per = " ".join(f"{s:.2f}" for s in r["per_prompt"].values())
         shared = f", {100 * r['model_share']:.0f} % by the model" if "model_share" in r else ""
-        label = "draft model alone" if r["mode"] == "draft" else f"{r['mode']} (n {r['n_min']}..{r['n_max']})"
+        label = LABELS.get(r["mode"]) or f"{r['mode']} (n {r['n_min']}..{r['n_max']})"
         print(f"| {label} | {r['l_max']} | {r['median_speedup']:.2f}× | "
               f"{r['median_tokens_per_decode']:.2f}{shared} | {per} |")
+    oracle = {r["l_max"]: r["median_speedup"] for r in rows if r["mode"] == "draft"}
+    for r in rows:
+        if r["mode"] == "draft-blind" and oracle.get(r["l_max"]):
+            r["share_of_oracle"] = r["median_speedup"] / oracle[r["l_max"]]
+            print(f"L <= {r['l_max']}: the best rule without foresight reaches {r['share_of_oracle']:.0%} of the "
+                  "draft model's oracle (the rest is knowing where a draft goes wrong)")
     if a.out:
         write_json(a.out, {"machine": machine_info(a.threads), "model": a.model, "curve_s": points, "curve_source": source,
                            "draft": a.draft, "draft_step_s": draft_s, "rows": rows})
@@ -325,7 +336,8 @@ def _draft_rows(a: argparse.Namespace, answers: list[tuple[str, list[int], list[
         step = measured_curve(a.draft, a.threads, sizes=(1,))[1][1]
     else:  # its 1-token step with logits, as a draft step pays
         step = engine_curve(a.draft, a.threads, sizes=(1,))[1][1]
-    agree = tools.draft_agreement(resolve_model(a.draft), [(pr, g) for _, pr, g in answers], a.threads)
+    calib = tools.draft_calibration(resolve_model(a.draft), [(pr, g) for _, pr, g in answers], a.threads)
+    agree = [[ok for ok, _ in x] for x in calib]
     print(f"draft step: {1e3 * step:.0f} ms; the draft's greedy token is the answer's at "
           f"{median([sum(x) / max(len(x), 1) for x in agree]):.0%} of positions (median)", file=sys.stderr)
     runs = [agreement_runs(ag) for ag in agree]
@@ -335,6 +347,9 @@ def _draft_rows(a: argparse.Namespace, answers: list[tuple[str, list[int], list[
         for l_max in a.lengths:
             per = [mixed_replay(r, run, cost, step, l_max) for r, run in zip(lookups, runs, strict=True)]
             rows.append(_row(a, mode, l_max, answers, per))
+    for l_max in a.lengths:  # the draft model alone again, stopped on its confidence (bench/foresight.py)
+        rate, per = best_blind(calib, cost, step, l_max)
+        rows.append({**_row(a, "draft-blind", l_max, answers, per), "rate_tok_s": rate})
     return step, rows
 
 
