@@ -186,3 +186,26 @@ def test_ctrl_c_during_the_start_up_imports_is_quiet(tmp_path, marker):
     finally:
         rc, _, err = c.finish()
     quiet_exit(rc, err)
+
+
+def test_a_ctrl_c_before_a_failed_load_is_the_answer(monkeypatch, tmp_path, capsys):
+    """A press while the models load is only counted (the first stops a generation); when the
+    load then fails anyway, the user asked to stop first: exit 130, not the load's error.
+    (Under a loaded machine the start-up test above can land its SIGINT just there.)"""
+    import localspec.loading
+    from localspec.cli.main import main
+    from localspec.errors import ModelNotFoundError
+
+    def load(*a, **kw):
+        if press:
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # the CLI's handler counts it
+        raise ModelNotFoundError("model file x.gguf does not exist")
+
+    monkeypatch.setattr(localspec.loading, "open_session", load)
+    argv = ["run", "-m", str(tmp_path / "none.gguf"), "-p", "hi"]
+    press = True
+    assert main(argv) == 130
+    assert "interrupted" in capsys.readouterr().err
+    press = False
+    assert main(argv) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -150,7 +150,13 @@ def cmd_run(a: argparse.Namespace) -> int:
         draft = None if a.draft is None else draft
     opts = _options(a, asked, draft)
     with ctrl_c_stops() as ctrl_c:  # from the first load to the last free (cli/interrupt.py)
-        sess = open_session(target, draft, opts)  # 2. the models (a second Ctrl-C: KeyboardInterrupt)
+        try:
+            sess = open_session(target, draft, opts)  # 2. the models (a second Ctrl-C: KeyboardInterrupt)
+        except LocalspecError:
+            if not ctrl_c.pressed:
+                raise
+            print("interrupted", file=sys.stderr)  # the user asked to stop first: that is the answer
+            return 130
         ctrl_c.session = sess
         _pair_note(a)
         _answer(a, sess, prompt, asked, target, draft, ctrl_c)
