@@ -247,7 +247,7 @@ def order_effect(results: list[Run]) -> dict[str, float]:
     both: dict[str, dict[str, dict[bool, list[float]]]] = {}
     for r in results:
         if r.tok_per_s > 0 and "reversed" in r.extra:
-            by = both.setdefault(r.label, {}).setdefault(r.prompt_id.split("#")[0], {False: [], True: []})
+            by = both.setdefault(r.label, {}).setdefault(r.prompt_id.rpartition("#")[0], {False: [], True: []})
             by[r.extra["reversed"]].append(r.tok_per_s)
     return {lab: median([statistics.mean(v[True]) / statistics.mean(v[False]) for v in ps.values() if v[True] and v[False]])
             for lab, ps in both.items() if any(v[True] and v[False] for v in ps.values())}  # fmt: skip
