@@ -71,6 +71,12 @@ class Batch:
             row = self.add(t, pos0 + j, seq_ids, logits_last and j == len(toks) - 1)
         return row
 
+    def positions(self) -> tuple[int, int]:
+        """The least and the greatest position of the items added (the cost model prices a
+        decode by where in the context it runs: costmodel/span.py)."""
+        pos = self._pos[: self.n]
+        return int(pos.min()), int(pos.max())
+
     def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Tokens, positions and first sequence ids of the items added (copies): what a
         decode evaluated, for whoever reads its hidden rows after it (backend/mtp.py)."""

@@ -142,7 +142,9 @@ class Context:
                               f"--rs-snapshots {self.n_rs_seq}: use --batch {self.n_rs_seq + 2} or more, "
                               f"or --rs-snapshots {max(ub - 2, 0)} or fewer")
         self.threads = threads
-        self.on_decode: Callable[[int, float], None] | None = None  # (n tokens, seconds) after each decode
+        # (n tokens, seconds, first position) after each decode whose every row has logits
+        self.on_decode: Callable[[int, float, int], None] | None = None
+        self.span = 0  # the context's length after the last decode (the cost model prices at it)
         # the batch of every decode, once it succeeded (the MTP head reads the hidden rows)
         self.after_decode: Callable[[Batch], None] | None = None
         self.n_vocab = model.n_vocab
@@ -185,10 +187,14 @@ class Context:
             # curves and live timings) and not billed to whatever reads the logits next.
             # Every caller reads logits right after, so nothing overlaps that this stops.
             llama_cpp.llama_synchronize(self.ptr)
-        if self.on_decode is not None and rc == 0 and b.n_outputs == b.n:
-            # a free measurement of what an n-token decode costs right now (the cost model
-            # heals its curves from these)
-            self.on_decode(b.n, time.perf_counter() - t0)
+        if rc == 0:
+            dt = time.perf_counter() - t0
+            lo, hi = b.positions()
+            self.span = hi + 1
+            if self.on_decode is not None and b.n_outputs == b.n:
+                # a free measurement of what an n-token decode costs right now, where it ran
+                # in the context (the cost model heals its curves from these)
+                self.on_decode(b.n, dt, lo)
         if rc == 2:
             raise DecodeAborted(f"decode stopped on request ({self.model.name})")
         if rc == 1:

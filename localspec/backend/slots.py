@@ -232,6 +232,15 @@ class SlotContext:
         return self.real.placement_key
 
     @property
+    def span(self) -> int:
+        """The shared context's length after its last round (what attention costs there)."""
+        return self.real.span
+
+    @span.setter
+    def span(self, value: int) -> None:
+        self.real.span = value
+
+    @property
     def on_decode(self):  # noqa: ANN201 - the shared context's hook (one cost model for all slots)
         return self.real.on_decode
 

@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from localspec.costmodel.curves import CostCurve, cache_dir
+from localspec.costmodel.curves import DEPTH, CostCurve, cache_dir
 from localspec.errors import LocalspecError
 
 
@@ -33,7 +33,8 @@ def cmd_show(a: argparse.Namespace) -> int:
     if not curves and not accept:
         print(f"no cached costs in {cache_dir()} (they are timed on first use of `auto`)")
         return 0
-    print(f"cost curves in {cache_dir()} (ms per decode of n tokens; * healed from live timings):")
+    print(f"cost curves in {cache_dir()} (ms per decode of n tokens after "
+          f"{DEPTH} of context; * healed from live timings):")
     for p, c in curves:
         if c is None:
             print(f"  {p.name}: unreadable (re-timed on next use)")
@@ -43,7 +44,10 @@ def cmd_show(a: argparse.Namespace) -> int:
         level = f" level x{c.scale:.2f}" if c.scale != 1.0 else ""
         # stale: never re-timed by itself (it heals live); --recalibrate or `clear` re-time it
         state = f" STALE (live timings disagree: healing{level}; --recalibrate re-times)" if c.stale else level
-        print(f"  {p.stem}{state}\n    {cells}")
+        # what a decode's place in the context adds (costmodel/span.py): learned live
+        deeper = (f"\n    + {c.k * 1e6:.1f} µs per row per context token past {DEPTH} (16 rows at 2048: "
+                  f"+{c.k * 16 * (2048 - DEPTH) * 1e3:.0f} ms)") if c.k else ""
+        print(f"  {p.stem}{state}\n    {cells}{deeper}")
     for p in accept:
         try:
             d = json.loads(p.read_text())

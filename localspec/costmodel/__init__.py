@@ -21,7 +21,7 @@ nothing beats it (predict.py). `explain()` prints the table behind the choice.
 from __future__ import annotations
 
 import time  # noqa: F401 - tests patch costmodel.time.perf_counter around measure()
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 from localspec.backend import Context
 from localspec.costmodel import contention, priors
@@ -36,6 +36,7 @@ from localspec.costmodel.acceptance import (
 from localspec.costmodel.curves import (
     BATCH_SIZES,
     CURVE_VERSION,
+    DEPTH,
     QUICK_SIZES,
     TIMED_HERE,
     CostCurve,
@@ -64,7 +65,7 @@ __all__ = [
     "BATCH_SIZES", "BIN_MEMORY", "BIN_PRIOR", "CURVE_VERSION", "DYNAMIC_MAX_L", "MARGIN", "MAX_MEMORY",
     "N_BINS", "PRIOR_ALPHA", "QUICK_SIZES", "Acceptance", "CalibratedStop", "CostCurve", "CostModel",
     "Prediction", "cache_dir", "curve_for", "curve_key", "dynamic_length", "explain", "length_cap",
-    "load_curve", "measure", "measure_steps", "model_for", "per_draft_length", "save_curve", "timing_steps",
+    "length_of", "load_curve", "measure", "measure_steps", "model_for", "per_draft_length", "save_curve", "timing_steps",
     "timing_plan",
 ]
 
@@ -122,7 +123,14 @@ def model_steps(
     cm.draft_reevaluates = bool(getattr(draft, "memory", None) is not None and draft.memory.has_state)
     # every decode from now on is a free measurement that heals the curves
     target.on_decode, draft.on_decode = cm.target.observe, cm.draft.observe
+    cm.target.where, cm.draft.where = length_of(target), length_of(draft)
     return cm
+
+
+def length_of(ctx: Context) -> Callable[[], int]:
+    """What a curve asks for the context length its prices are at (curves.DEPTH where the
+    context does not say: a test's stand-in)."""
+    return lambda: getattr(ctx, "span", DEPTH)
 
 
 def fresh_acceptance(target: Context, draft: Context, greedy: bool) -> Acceptance:
@@ -150,6 +158,7 @@ def target_steps(
         cm = CostModel(curve, CostCurve([1], [0.0]))
     cm.target = curve
     target.on_decode = cm.target.observe  # heals from live decodes, as with a pair
+    cm.target.where = length_of(target)
     return cm
 
 

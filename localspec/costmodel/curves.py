@@ -29,6 +29,10 @@ A stale curve is not re-timed by itself: a re-timing inside a turn made every ot
 of a busy server wait seconds for it (issue 24), while healing already brings the sizes
 generation uses back; the flag is information (`localspec costs show`), and `--recalibrate`
 or `localspec costs clear` re-time on request.
+
+A decode's price also grows with its place in the context (each row attends over all of
+it): the curve's sizes are the prices at the timing depth, live timings are brought back to
+that depth before they heal, and a price is asked at the context length now (span.py).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import numpy as np
 
 from localspec.backend import Context
 from localspec.costmodel import store
+from localspec.costmodel.span import SpanFit
 
 # every size a draft block can take (1 + up to 16 drafted tokens, a few drafts' tries), then
 # coarse: the F16 target's cost is not smooth in n (2 threads: 8 tokens 151 ms, 9 tokens
@@ -66,6 +71,7 @@ REMEASURE_BOUND = 1.5  # live vs measured beyond this factor: the curve is marke
 # the first estimate's errors are within 1.25x (issue 15: 17 % low); the busy minute of issue
 # 40 raised a draft step 59x and the target's long blocks 2.4x
 CONTENTION = 1.5
+DEPTH = 64  # the context a curve's sizes are timed after: its prices are those at this length
 
 
 TIMED_HERE: set[str] = set()  # curve keys this process timed (an implausible one is re-timed once)
@@ -103,6 +109,11 @@ class CostCurve:
     # size it priced high and nothing could lower it (the Q4 target's 16 rows held at 369 ms
     # where they cost 282: every short lookup bet 15 rows at 330 ms instead of 16)
     raised: set[int] = field(default_factory=set, compare=False)
+    # seconds per row per context position beyond DEPTH (span.py: fitted live, saved)
+    k: float = 0.0
+    # the context length a price is asked at (the context's length now); None: DEPTH
+    where: Callable[[], int] | None = field(default=None, repr=False, compare=False)
+    fit: SpanFit = field(default_factory=SpanFit, repr=False, compare=False)
 
     def measured(self, n: int) -> float:
         """The timed value at n (interpolated; proportional past the last size)."""
@@ -116,14 +127,26 @@ class CostCurve:
         return got if got is not None else self.measured(n) * self.scale
 
     def __call__(self, n: int) -> float:
-        """The price now: the contended one while the machine is busy, else the quiet one
-        (a raised size not yet seen live in this process: at the curve's level, `raised`)."""
+        """The price now, at the context's length now: the contended one while the machine
+        is busy, else the quiet one (a raised size not yet seen live in this process: at the
+        curve's level, `raised`)."""
+        deeper = self.k * n * max(self.where() - DEPTH, 0) if self.k and self.where is not None else 0.0
         if not self.busy:
             if n in self.raised and self.needs_samples(n):
-                return min(self.quiet(n), self.measured(n) * self.scale)
-            return self.quiet(n)
+                return min(self.quiet(n), self.measured(n) * self.scale) + deeper
+            return self.quiet(n) + deeper
         got = self.busy.get(n)
-        return got if got is not None else self.quiet(n) * self.busy_scale
+        return (got if got is not None else self.quiet(n) * self.busy_scale) + deeper
+
+    def at_depth(self, n: int, seconds: float, pos: int) -> float:
+        """A live timing of n rows from context position `pos`, brought back to DEPTH (what
+        the curve's sizes price); it also feeds the fit of k (span.py)."""
+        if self.fit.add(n, seconds, pos):
+            k = self.fit.slope()
+            if k is not None and k != self.k:
+                self.k = k
+                self.dirty = True
+        return seconds - self.k * n * max(pos - DEPTH, 0)
 
     @property
     def contended(self) -> bool:
@@ -134,10 +157,15 @@ class CostCurve:
         """Whether size n has been seen live too few times to heal it yet."""
         return len(self.live.get(n, ())) < LOWER_AFTER
 
-    def observe(self, n: int, seconds: float) -> None:
-        """One live timing of an n-token decode (only sizes a draft block can take)."""
+    def observe(self, n: int, seconds: float, pos: int | None = None) -> None:
+        """One live timing of an n-token decode (only sizes a draft block can take) whose
+        first row sat at context position `pos` (None: at DEPTH)."""
         if n < 1 or n > self.sizes[-1] or seconds <= 0.0:
             return
+        if pos is not None:
+            seconds = self.at_depth(n, seconds, pos)
+            if seconds <= 0.0:
+                return
         w = self.live.setdefault(n, [])
         w.append(seconds)
         del w[:-WINDOW]
@@ -199,7 +227,7 @@ class CostCurve:
     def to_json(self) -> dict:
         """The quiet machine's curve: contended prices are never saved."""
         return {"sizes": self.sizes, "seconds": self.seconds, "healed": {str(k): v for k, v in self.healed.items()},
-                "scale": self.scale, "stale": self.stale, "raised": sorted(self.raised)}
+                "scale": self.scale, "stale": self.stale, "raised": sorted(self.raised), "k": self.k}
 
     @classmethod
     def from_json(cls, d: dict) -> CostCurve:
@@ -208,6 +236,7 @@ class CostCurve:
         c = cls([int(s) for s in d["sizes"]], [float(s) for s in d["seconds"]],
                 {int(k): float(v) for k, v in (d.get("healed") or {}).items()},
                 float(d.get("scale", 1.0)), bool(d.get("stale", False)))
+        c.k = max(float(d.get("k", 0.0)), 0.0)
         if "raised" in d:
             c.raised = {int(n) for n in d["raised"]} & set(c.healed)
         else:  # a file from before raises were recorded: the sizes healed above the level
@@ -231,7 +260,7 @@ def curve_path(ctx: Context) -> Path:
 
 
 def measure_steps(
-    ctx: Context, sizes: tuple[int, ...] = BATCH_SIZES, reps: int = 5, depth: int = 64
+    ctx: Context, sizes: tuple[int, ...] = BATCH_SIZES, reps: int = 5, depth: int = DEPTH
 ) -> Generator[tuple[int, int], None, CostCurve]:
     """Time decodes of n tokens on a scratch sequence after `depth` context tokens, yielding
     (sizes done, sizes in all) after each repeat, so a frontend can show progress (the
@@ -293,6 +322,7 @@ def _scratch_decode(ctx: Context) -> float:
     hook, ctx.on_decode = getattr(ctx, "on_decode", None), None
     tap, ctx.after_decode = getattr(ctx, "after_decode", None), None  # nor history (backend/mtp.py)
     decodes, evaluated = ctx.n_decodes, ctx.n_evaluated
+    span = getattr(ctx, "span", 0)  # a generation's length, which its prices are asked at
     try:
         t0 = time.perf_counter()
         ctx.decode()
@@ -301,9 +331,10 @@ def _scratch_decode(ctx: Context) -> float:
         ctx.on_decode = hook
         ctx.after_decode = tap
         ctx.n_decodes, ctx.n_evaluated = decodes, evaluated
+        ctx.span = span
 
 
-def measure(ctx: Context, sizes: tuple[int, ...] = BATCH_SIZES, reps: int = 5, depth: int = 64) -> CostCurve:
+def measure(ctx: Context, sizes: tuple[int, ...] = BATCH_SIZES, reps: int = 5, depth: int = DEPTH) -> CostCurve:
     """measure_steps without progress."""
     gen = measure_steps(ctx, sizes, reps, depth)
     while True:

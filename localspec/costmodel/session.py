@@ -308,6 +308,7 @@ class SessionCosts:
         if self._partial is None or self._partial.target is not t:
             self._partial = CostModel(t, CostCurve([1], [0.0]))
         self.target.on_decode = t.observe  # it heals meanwhile
+        t.where = costmodel.length_of(self.target)
         return TurnCosts(self._partial, draft=False, note=note)
 
     def _ready(self, greedy: bool) -> CostModel:

@@ -1,0 +1,127 @@
+"""A decode's price at its place in the context (costmodel/span.py): k is fitted from live
+timings, live timings heal the curve at the timing depth, and prices are asked at the
+context's length now."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from localspec.backend import Context
+from localspec.costmodel.curves import DEPTH, CostCurve
+from localspec.costmodel.span import MAX_DOUBLING, SpanFit
+from tests.support.helpers import model
+
+K = 5e-6  # seconds per row per context position: the Q4 1.5B target's, timed (span.py)
+BASE = {1: 0.032, 2: 0.057, 4: 0.100, 8: 0.219, 16: 0.267, 32: 0.433}
+
+
+def _true(n: int, pos: int) -> float:
+    return BASE[n] + K * n * max(pos - DEPTH, 0)
+
+
+def _curve() -> CostCurve:
+    sizes = sorted(BASE)
+    return CostCurve(sizes, [BASE[n] for n in sizes])
+
+
+def test_the_slope_is_read_from_bands_far_enough_apart():
+    fit, rng = SpanFit(), random.Random(1)
+    for pos in (100, 200):  # close together: no slope yet
+        for n in (4, 16):
+            for _ in range(4):
+                fit.add(n, _true(n, pos) * (1 + rng.random() * 0.2), pos)
+    assert fit.slope() is None
+    for pos in (900, 1500, 1900):
+        for n in (4, 16, 32):
+            for _ in range(6):
+                fit.add(n, _true(n, pos) * (1 + rng.random() * 0.2), pos)
+    assert fit.slope() == pytest.approx(K, rel=0.2)
+
+
+def test_one_row_decodes_and_lone_timings_do_not_count():
+    fit = SpanFit()
+    for pos in (64, 1800):
+        for _ in range(5):
+            fit.add(1, _true(1, pos), pos)  # a draft step's jitter is as large as its slope
+        fit.add(16, _true(16, pos), pos)  # a band's one timing is no minimum
+        fit.add(16, _true(16, pos), pos)
+    assert fit.slope() is None
+    fit.add(16, _true(16, 64), 64)
+    fit.add(16, _true(16, 1800), 1800)
+    assert fit.slope() == pytest.approx(K, rel=0.01)
+
+
+def test_contention_at_one_end_cannot_make_a_slope_past_doubling_per_thousand_positions():
+    fit = SpanFit()
+    for _ in range(3):
+        fit.add(8, 0.2, 64)
+        fit.add(8, 2.0, 1600)  # every timing of the long band came on a busy machine
+    assert fit.slope() == pytest.approx(0.2 / (8 * MAX_DOUBLING))
+
+
+def test_long_prompts_no_longer_raise_what_short_ones_pay():
+    """The stop 55 poisoning: 16-row bets only on long copies raised the saved 16-row price
+    (358 ms against 259 timed). With positions the curve learns k from the sizes both
+    lengths use and heals the long ones at the timing depth."""
+    c, blind = _curve(), _curve()
+    at = [DEPTH]
+    c.where = lambda: at[0]
+    for turn in range(6):
+        pos = 150 if turn % 2 == 0 else 1400
+        for i in range(12):
+            for n in ((2, 4, 8) if pos < 1000 else (2, 4, 8, 16)):
+                t = _true(n, pos + i * 8) * 1.02
+                c.observe(n, t, pos + i * 8)
+                blind.observe(n, t)
+    assert c.k == pytest.approx(K, rel=0.25)
+    assert blind.quiet(16) > BASE[16] * 1.2  # position-blind: the long prompts' price
+    assert c.quiet(16) == pytest.approx(BASE[16], rel=0.08)  # the price at the timing depth
+    at[0] = 1400
+    assert c(16) == pytest.approx(_true(16, 1400), rel=0.08)  # and at the context's length now
+    at[0] = DEPTH
+    assert c(16) == pytest.approx(BASE[16], rel=0.08)
+    assert c(32) > c(16) and c(1) == pytest.approx(BASE[1])
+
+
+def test_k_is_saved_and_an_older_file_reads_as_none_learned():
+    c = _curve()
+    c.k = 4e-6
+    d = c.to_json()
+    assert CostCurve.from_json(d).k == 4e-6
+    del d["k"]
+    assert CostCurve.from_json(d).k == 0.0
+    c.where = lambda: 2000
+    assert c(8) == pytest.approx(BASE[8] + 4e-6 * 8 * (2000 - DEPTH))
+
+
+def test_a_context_reports_where_each_decode_ran(smollm2_path):
+    ctx = Context(model(smollm2_path), n_ctx=256, n_batch=64, n_seq_max=2, threads=1)
+    seen = []
+    ctx.on_decode = lambda n, s, pos: seen.append((n, pos))
+    ctx.batch.clear().add_sequence(list(range(10, 30)), 0, 0, logits_last=False)
+    ctx.decode()  # a prompt chunk (one row's logits): not a timing, but the length moves
+    assert ctx.span == 20 and seen == []
+    b = ctx.batch.clear()
+    for j in range(4):
+        b.add(40 + j, 20 + j, 0, True)
+    ctx.decode()
+    assert ctx.span == 24 and seen == [(4, 20)]
+
+
+def test_costs_show_says_what_the_context_adds(tmp_path, monkeypatch, capsys):
+    import argparse
+    import json
+
+    from localspec.cli.costs import cmd_show
+
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    (tmp_path / "costs").mkdir()
+    c = _curve()
+    c.k = 5e-6
+    (tmp_path / "costs" / "target-1-t=2-v3.json").write_text(json.dumps(c.to_json()))
+    assert cmd_show(argparse.Namespace()) == 0
+    out = capsys.readouterr().out
+    assert "after 64 of context" in out and "16:267.0" in out  # the depth's prices
+    assert "+ 5.0 µs per row per context token past 64 (16 rows at 2048: +159 ms)" in out
