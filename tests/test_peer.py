@@ -267,3 +267,13 @@ def test_real_plain_loop_drafts_nothing_even_on_a_repetitive_prompt(smollm2_path
                                         spec_type="ngram-simple", extra_args=[
                                             "--spec-ngram-simple-size-n", "2", "--spec-ngram-simple-size-m", "4"])
     assert short.n_drafted > 0  # the same tool and prompt with a 2-gram: drafts
+
+
+@needs_peer
+def test_real_peer_takes_a_prompt_longer_than_its_default_batch(smollm2_path: Path) -> None:
+    """llama-speculative-simple decodes its prompt as one batch: a 2269-token edit (a long
+    file re-quoted) failed at its default -b 2048, and the bench lost every peer column."""
+    threads = min(2, os.cpu_count() or 1)
+    text = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(130))  # ~2200 tokens
+    r = peer.run_speculative_simple(smollm2_path, smollm2_path, text, 8, threads, 4, 0, 0.0, spec_type=peer.PLAIN)
+    assert r.prompt_tokens > 2048 and r.n_predict >= 1

@@ -287,6 +287,7 @@ def build_speculative_cmd(
         "--no-escape",
         "-n", str(n_predict),
         "-c", str(ctx_size),
+        "-b", str(ctx_size),  # its prompt is one batch: a 2269-token edit failed at the default 2048
         "-t", t, "-tb", t, "-td", t, "-tbd", t,
         "--spec-draft-n-max", str(draft_max),
         "--spec-draft-n-min", str(draft_min),
