@@ -83,7 +83,7 @@ def _auto(smollm2_path, draft_path, monkeypatch, tmp_path, target_curve: CostCur
     cheap = CostCurve([1, 64], [0.001, 0.002])  # the draft model's steps: it pays
     monkeypatch.setattr(costmodel, "load_curve",
                         lambda ctx: cheap if ctx.model.path == draft_path else target_curve)
-    monkeypatch.setattr(CostCurve, "observe", lambda self, n, sec: None)  # the curves stay as given
+    monkeypatch.setattr(CostCurve, "observe", lambda self, n, sec, pos=None: None)  # the curves stay as given
     s = session(smollm2_path, draft_path)
     ref = list(s.generate(EDIT, greedy("ar")))
     kw = {"auto_K": True, "auto_L": True} | kw

@@ -94,7 +94,7 @@ def _auto(smollm2_path, smollm2_q4_0_path, monkeypatch, tmp_path, hint: bool, te
     cheap = CostCurve([1, 64], [0.001, 0.002])
     flat = CostCurve([1, 64], [0.010, 0.012])
     monkeypatch.setattr(costmodel, "load_curve", lambda ctx: cheap if ctx.model.path == smollm2_q4_0_path else flat)
-    monkeypatch.setattr(CostCurve, "observe", lambda self, n, sec: None)
+    monkeypatch.setattr(CostCurve, "observe", lambda self, n, sec, pos=None: None)
     # the lookup never drafts alone: every iteration is the draft model's, hinted or not
     monkeypatch.setattr(LookupGate, "best_length", lambda self, curve, n, longest, explore=True: (0, 1.0))
     s = session(smollm2_path, smollm2_q4_0_path)

@@ -353,7 +353,7 @@ def test_auto_with_a_draft_model_picks_lookup_or_draft_per_iteration(smollm2_pat
     flat = CostCurve([1, 64], [0.010, 0.012])
     cheap = CostCurve([1, 64], [0.001, 0.002])  # the draft model's steps
     monkeypatch.setattr(costmodel, "load_curve", lambda ctx: cheap if "Q4_0" in ctx.model.path.name else flat)
-    monkeypatch.setattr(CostCurve, "observe", lambda self, n, sec: None)  # the curves stay as given
+    monkeypatch.setattr(CostCurve, "observe", lambda self, n, sec, pos=None: None)  # the curves stay as given
     s = session(smollm2_path, smollm2_q4_0_path)
     ref = list(s.generate(EDIT, greedy("ar")))[-1]
     cfg = GenConfig(method="auto", n_predict=96, seed=1, sampling=SamplingConfig(temp=0.0), auto_K=True, auto_L=True)
