@@ -111,6 +111,7 @@ class CostCurve:
     raised: set[int] = field(default_factory=set, compare=False)
     # seconds per row per context position beyond DEPTH (span.py: fitted live, saved)
     k: float = 0.0
+    k_support: float = 0.0  # what k was read over (span.py): a new slope must match it
     # the context length a price is asked at (the context's length now); None: DEPTH
     where: Callable[[], int] | None = field(default=None, repr=False, compare=False)
     fit: SpanFit = field(default_factory=SpanFit, repr=False, compare=False)
@@ -142,9 +143,9 @@ class CostCurve:
         """A live timing of n rows from context position `pos`, brought back to DEPTH (what
         the curve's sizes price); it also feeds the fit of k (span.py)."""
         if self.fit.add(n, seconds, pos):
-            k = self.fit.slope()
-            if k is not None and k != self.k:
-                self.k = k
+            got = self.fit.slope()
+            if got is not None and got[1] >= self.k_support and got[0] != self.k:
+                self.k, self.k_support = got
                 self.dirty = True
         return seconds - self.k * n * max(pos - DEPTH, 0)
 
@@ -227,7 +228,8 @@ class CostCurve:
     def to_json(self) -> dict:
         """The quiet machine's curve: contended prices are never saved."""
         return {"sizes": self.sizes, "seconds": self.seconds, "healed": {str(k): v for k, v in self.healed.items()},
-                "scale": self.scale, "stale": self.stale, "raised": sorted(self.raised), "k": self.k}
+                "scale": self.scale, "stale": self.stale, "raised": sorted(self.raised), "k": self.k,
+                "k_support": self.k_support}
 
     @classmethod
     def from_json(cls, d: dict) -> CostCurve:
@@ -237,6 +239,7 @@ class CostCurve:
                 {int(k): float(v) for k, v in (d.get("healed") or {}).items()},
                 float(d.get("scale", 1.0)), bool(d.get("stale", False)))
         c.k = max(float(d.get("k", 0.0)), 0.0)
+        c.k_support = float(d.get("k_support", 0.0)) / 2  # halved at each load: a changed machine re-learns
         if "raised" in d:
             c.raised = {int(n) for n in d["raised"]} & set(c.healed)
         else:  # a file from before raises were recorded: the sizes healed above the level
