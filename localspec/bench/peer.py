@@ -20,11 +20,12 @@ import shlex
 import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from localspec.bench.peer_timeline import LOG_ARGS, speed_at, timeline
 from localspec.errors import LocalspecError
 
 SPEC_BIN = "llama-speculative-simple"
@@ -164,6 +165,17 @@ class PeerResult:
     wall_seconds: float = 0.0
     draft_max: int = 0
     text: str | None = None
+    # (tokens so far, seconds into the decode loop) after each pass (peer_timeline.py)
+    timeline: list[tuple[int, float]] = field(default_factory=list)
+
+    def at(self, n: int) -> tuple[float, int, float]:
+        """(tok/s, tokens, seconds) over the first n tokens, as localspec counts its own: the
+        tool's own figure covers every token of its last pass, up to 64 past n
+        (peer_timeline.py); that figure where the run ended before n or has no timeline."""
+        got = speed_at(self.timeline, n)
+        if got is None or got[1] <= 0.0:
+            return self.tok_per_s, self.n_predict, self.seconds
+        return got[0] / got[1], got[0], got[1]
 
     @property
     def acceptance(self) -> float:
@@ -298,6 +310,7 @@ def build_speculative_cmd(
         "--min-p", repr(float(min_p)),
         "-s", str(seed),
         *(["--json-schema", json_schema] if json_schema is not None else []),
+        *LOG_ARGS,  # a timestamped line per pass: its speed over the first n tokens (peer_timeline.py)
         *extra_args,
     ]  # fmt: skip
 
@@ -346,6 +359,7 @@ def run_speculative_simple(
         wall_seconds=wall,
         draft_max=int(nums["draft_max"]),
         text=extract_generated_text(out.stdout, prompt),
+        timeline=timeline(out.stderr + "\n" + out.stdout),
     )
 
 

@@ -248,10 +248,13 @@ class Runner:
             draft_min=0, p_min=a.peer_p_min, temp=s.T, seed=seed, ctx_size=a.ctx,
             spec_type=s.proposers or "draft-simple", **schema,
         )  # fmt: skip
+        # its speed over the tokens localspec's figure covers (its own covers up to 64 more)
+        tok_per_s, n_tokens, seconds = r.at(a.n_predict)
         return Run(
-            p.dataset, p.id, PEER, 1, s.L, s.T, r.tok_per_s, r.n_predict, 0, r.seconds, text=r.text or "",
+            p.dataset, p.id, PEER, 1, s.L, s.T, tok_per_s, n_tokens, 0, seconds, text=r.text or "",
             label=s.label, extra={"acceptance": r.acceptance, "command": r.command, "drafted": r.n_drafted,
-                                  "accepted": r.n_accepted, "constraint": "json_schema" if schema else None},
+                                  "accepted": r.n_accepted, "constraint": "json_schema" if schema else None,
+                                  "tool_tok_per_s": r.tok_per_s, "tool_n_tokens": r.n_predict},
         )  # fmt: skip
 
     def run_all(self, jobs: Sequence[Job], desc: str) -> tuple[list[Run], bool]:
