@@ -97,10 +97,10 @@ def test_a_slope_read_over_fewer_positions_does_not_replace_a_better_one():
     assert c.k == pytest.approx(K) and c.k_support == 8 * 1200
     later = CostCurve.from_json(c.to_json())
     assert later.k == pytest.approx(K) and later.k_support == 8 * 600
-    for pos in (1000, 1520):  # a narrower reading, half the slope
+    for pos in (300, 820):  # a narrower reading, half the slope
         for _ in range(3):
             later.observe(8, BASE[8] + K / 2 * 8 * (pos - DEPTH), pos)
-    assert later.k == pytest.approx(K)  # 8 x 520 < 8 x 600: kept
+    assert later.k == pytest.approx(K)  # 8 x 520 < 8 x 600: kept (300 is too near the timed 64)
     for pos in (100, 1900):  # a wider one wins
         for _ in range(3):
             later.observe(8, BASE[8] + K / 2 * 8 * (pos - DEPTH), pos)
@@ -147,3 +147,21 @@ def test_costs_show_says_what_the_context_adds(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "after 64 of context" in out and "16:267.0" in out  # the depth's prices
     assert "+ 5.0 µs per row per context token past 64 (16 rows at 2048: +159 ms)" in out
+
+
+def test_a_size_seen_at_one_length_only_reads_its_slope_against_its_timed_price():
+    """Auto bets the sizes its curve prices best: on long prompts alone a size seldom had two
+    settled bands, and k was never read (a second run kept 2.7 µs where the first had read
+    5.7). The curve's timed price at the timing depth is the low end then, for the sizes
+    whose cost is smooth in n (a 15-row price between two tiles is not)."""
+    fit = SpanFit()
+    for _ in range(3):
+        fit.add(16, _true(16, 1900), 1900)
+        fit.add(15, _true(16, 1900) + 0.06, 1900)  # row by row past the tile
+    assert fit.slope() is None
+    k, support = fit.slope({n: BASE[n] for n in (8, 16, 32)}, DEPTH)
+    assert k == pytest.approx(K) and support == 16 * (1900 - DEPTH)
+    c = _curve()
+    for _ in range(3):
+        c.observe(16, _true(16, 1900), 1900)
+    assert c.k == pytest.approx(K)

@@ -48,7 +48,7 @@ import numpy as np
 
 from localspec.backend import Context
 from localspec.costmodel import store
-from localspec.costmodel.span import SpanFit
+from localspec.costmodel.span import TILES, SpanFit
 
 # every size a draft block can take (1 + up to 16 drafted tokens, a few drafts' tries), then
 # coarse: the F16 target's cost is not smooth in n (2 threads: 8 tokens 151 ms, 9 tokens
@@ -143,7 +143,7 @@ class CostCurve:
         """A live timing of n rows from context position `pos`, brought back to DEPTH (what
         the curve's sizes price); it also feeds the fit of k (span.py)."""
         if self.fit.add(n, seconds, pos):
-            got = self.fit.slope()
+            got = self.fit.slope({m: s for m, s in zip(self.sizes, self.seconds, strict=True) if m in TILES}, DEPTH)
             if got is not None and got[1] >= self.k_support and got[0] != self.k:
                 self.k, self.k_support = got
                 self.dirty = True

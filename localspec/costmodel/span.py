@@ -32,6 +32,10 @@ MIN_ROWS = 2  # 1-row decodes move ~30 % over 2000 positions: within a noisy mac
 # no quiet machine doubles a decode's price within this many positions of context (timed:
 # x1.8 at 32 rows over 2000): a larger slope is contention that a band's minimum let through
 MAX_DOUBLING = 1000
+# the sizes whose timed price anchors a slope: a repacked Q4_K kernel takes rows in tiles,
+# and a size between two tiles pays the rest row by row (15 rows 324 ms, 16 rows 260 ms),
+# which the timed curve's monotone envelope hides (12 rows priced as 16)
+TILES = (2, 4, 8, 16, 32, 64)
 
 
 @dataclass
@@ -51,10 +55,15 @@ class SpanFit:
         self.bands[key] = (seconds, count + 1, pos) if seconds <= best else (best, count + 1, at)
         return count + 1 >= MIN_SAMPLES
 
-    def slope(self) -> tuple[float, float] | None:
+    def slope(self, timed: dict[int, float] | None = None, depth: int = 0) -> tuple[float, float] | None:
         """(seconds per row per context position: the median over sizes, its support: the
         sum over those sizes of rows x positions apart, what the slope was read over), None
-        while no size has two settled bands MIN_GAP apart."""
+        while no size has two settled bands MIN_GAP apart.
+
+        `timed`: a size's price timed after `depth` tokens (the curve's own timing, for the
+        sizes whose cost is smooth in n: TILES), the low end of a size with one settled band
+        only. Auto bets the sizes its curve prices best, which vary from prompt to prompt:
+        on long prompts alone a size seldom had two settled bands, and k was never read."""
         by_rows: dict[int, list[tuple[int, float]]] = {}
         for (n, _band), (best, count, at) in self.bands.items():
             if count >= MIN_SAMPLES:
@@ -62,6 +71,8 @@ class SpanFit:
         slopes, support = [], 0.0
         for n, got in by_rows.items():
             lo, hi = min(got), max(got)
+            if hi[0] - lo[0] < MIN_GAP and timed and n in timed:
+                lo = (depth, timed[n])
             gap = hi[0] - lo[0]
             if gap >= MIN_GAP:
                 k = (hi[1] - lo[1]) / (n * gap)
