@@ -58,3 +58,18 @@ def test_bench_speed_selects_a_kind_and_half() -> None:
     every = load_prompts(None, half="report")
     assert {q.dataset for q in every} == {"edit", "code", "chat", "structured"}
     assert not any(q.id.startswith(("edit-he", "code-he")) for q in load_prompts(None, ["edit", "code"]))
+
+
+def test_the_long_edits_are_read_only_when_named_and_keep_the_reserve() -> None:
+    """The edit set's requests on long files (scripts/make_long_edits.py): the first 8 edits
+    of each half, each followed by eleven other HumanEval 0-99 problems."""
+    rows = read_jsonl("split-long-edit")
+    edits = {r["id"]: r for r in read_jsonl(SPLIT_FILES["edit"])}
+    assert Counter(r["half"] for r in rows) == {"tune": 8, "report": 8}
+    for r in rows:
+        base = edits[r["id"].removeprefix("long-")]
+        assert r["half"] == base["half"] and r["prompt"].startswith(base["prompt"].rstrip("\n"))
+        assert all(int(o.split("/")[1]) < 100 for o in r["others"]) and len(r["prompt"]) > 4 * len(base["prompt"])
+    got = load_prompts(None, ["long-edit"], half="report")
+    assert [q.id for q in got] == [r["id"] for r in rows if r["half"] == "report"]
+    assert not any(q.dataset == "long-edit" for q in load_prompts(None, half="report"))

@@ -59,6 +59,9 @@ HALVES = ("tune", "report")
 # speed set (whose prompts the policy was tuned on); scripts/make_split_prompts.py wrote
 # the edit and code sets from HumanEval 0-39 (tune) and 40-99 (report)
 SPLIT_FILES = {"edit": "split-edit", "code": "split-code", "chat": "split-chat", "structured": "structured"}
+# split sets read only when --kinds names them: the edit set's requests on 1,600-2,600-token
+# files (scripts/make_long_edits.py; each prompt's whole context is evaluated per column)
+NAMED_SPLIT_FILES = {"long-edit": "split-long-edit"}
 
 
 def load_prompts(path: str | None, kinds: list[str] | None = None, limit: int | None = None,
@@ -72,6 +75,7 @@ def load_prompts(path: str | None, kinds: list[str] | None = None, limit: int | 
         rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
     elif half:
         rows = [r for k, name in SPLIT_FILES.items() if not kinds or k in kinds for r in read_jsonl(name)]
+        rows += [r for k, name in NAMED_SPLIT_FILES.items() if kinds and k in kinds for r in read_jsonl(name)]
     else:
         rows = read_jsonl("speed") + [r for k in OWN_FILE_KINDS if kinds and k in kinds for r in read_jsonl(k)]
     if kinds:

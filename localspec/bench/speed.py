@@ -355,7 +355,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", default=None, help="JSONL prompts file (default: shipped code/chat/math set)")
     p.add_argument("--kinds", nargs="*", default=None,
                    help="prompt kinds to keep (code, chat, math, edit; structured: the JSON-schema set, "
-                        "each prompt decoded under its schema by every column)")
+                        "each prompt decoded under its schema by every column; long-edit, with --half: the edit "
+                        "requests on 1,600-2,600-token files)")
     p.add_argument("--half", choices=HALVES, default=None,
                    help="the split sets (edit, code, chat, structured; docs/bench.md#split-sets), this half "
                         "only: tune policy on 'tune', report figures on 'report'")
