@@ -165,3 +165,13 @@ def test_a_size_seen_at_one_length_only_reads_its_slope_against_its_timed_price(
     for _ in range(3):
         c.observe(16, _true(16, 1900), 1900)
     assert c.k == pytest.approx(K)
+
+
+def test_the_timed_prices_anchor_no_slope_while_the_machine_runs_at_another_level():
+    """On a machine 22 % slower than when the curve was timed, the timing read 7.7 µs for ~5:
+    it anchors a slope only while the curve's level is within 10 % of it."""
+    c = _curve()
+    c.scale = 1.22
+    for _ in range(3):
+        c.observe(16, _true(16, 1900) * 1.22, 1900)
+    assert c.k == 0.0

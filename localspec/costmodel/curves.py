@@ -71,6 +71,7 @@ REMEASURE_BOUND = 1.5  # live vs measured beyond this factor: the curve is marke
 # the first estimate's errors are within 1.25x (issue 15: 17 % low); the busy minute of issue
 # 40 raised a draft step 59x and the target's long blocks 2.4x
 CONTENTION = 1.5
+ANCHOR_LEVEL = 0.10  # how far the curve's level may be from its timing's for the timing to anchor k
 DEPTH = 64  # the context a curve's sizes are timed after: its prices are those at this length
 
 
@@ -143,7 +144,11 @@ class CostCurve:
         """A live timing of n rows from context position `pos`, brought back to DEPTH (what
         the curve's sizes price); it also feeds the fit of k (span.py)."""
         if self.fit.add(n, seconds, pos):
-            got = self.fit.slope({m: s for m, s in zip(self.sizes, self.seconds, strict=True) if m in TILES}, DEPTH)
+            # the timed prices anchor a slope only while the machine runs at their level: on a
+            # machine 22 % slower than when it was timed they read 7.7 µs for ~5
+            timed = ({m: s for m, s in zip(self.sizes, self.seconds, strict=True) if m in TILES}
+                     if abs(self.scale - 1.0) <= ANCHOR_LEVEL else None)
+            got = self.fit.slope(timed, DEPTH)
             if got is not None and got[1] >= self.k_support and got[0] != self.k:
                 self.k, self.k_support = got
                 self.dirty = True
