@@ -175,3 +175,10 @@ def test_the_timed_prices_anchor_no_slope_while_the_machine_runs_at_another_leve
     for _ in range(3):
         c.observe(16, _true(16, 1900) * 1.22, 1900)
     assert c.k == 0.0
+
+
+def test_the_slope_is_re_read_only_when_a_band_settles_or_its_minimum_falls():
+    fit = SpanFit()
+    assert [fit.add(4, t, 300) for t in (0.10, 0.11, 0.12)] == [False, False, True]  # settled
+    assert fit.add(4, 0.12, 310) is False  # nothing new: the decode pays no re-read
+    assert fit.add(4, 0.09, 320) is True  # a lower minimum

@@ -47,13 +47,15 @@ class SpanFit:
 
     def add(self, n: int, seconds: float, pos: int) -> bool:
         """One live timing of n rows whose first row sat at context position `pos`; whether
-        its band is settled (a slope can be read from it)."""
+        a slope may have changed (its band just settled, or a settled band's minimum fell):
+        the caller re-reads the slope only then, not at every decode."""
         if n < MIN_ROWS:
             return False
         key = (n, pos // BAND)
         best, count, at = self.bands.get(key, (seconds, 0, pos))
+        lower = seconds < best
         self.bands[key] = (seconds, count + 1, pos) if seconds <= best else (best, count + 1, at)
-        return count + 1 >= MIN_SAMPLES
+        return count + 1 == MIN_SAMPLES or (count + 1 > MIN_SAMPLES and lower)
 
     def slope(self, timed: dict[int, float] | None = None, depth: int = 0) -> tuple[float, float] | None:
         """(seconds per row per context position: the median over sizes, its support: the
