@@ -23,23 +23,24 @@ LOG = """0.28.341.633 I spec        begin: ngram_mod occupancy = 2235/4194304 (0
 
 
 def test_the_timeline_counts_each_pass_from_the_loops_start():
-    points = timeline(LOG)
+    points = timeline(LOG, 5.308)
     assert [n for n, _ in points][-4:] == [10, 75, 111, 176]  # accepted + 1 per pass
-    assert points[0][1] == pytest.approx(0.05475, abs=1e-4)  # 28.396384 - (33.649687 - 5.308)
-    assert points[-1][1] == pytest.approx(5.308, abs=1e-4)
+    assert points[0][1] == pytest.approx(28.396384 - (33.649614 - 5.308), abs=1e-6)
+    assert points[-1][1] == pytest.approx(5.308, abs=1e-6)
 
 
 def test_the_speed_at_n_is_read_at_the_pass_that_reaches_it():
-    points = timeline(LOG)
-    assert speed_at(points, 111) == (111, pytest.approx(32.191580 - 28.341687, abs=1e-5))
-    assert speed_at(points, 100) == (100, pytest.approx(32.191580 - 28.341687, abs=1e-5))  # paid whole
+    points = timeline(LOG, 5.308)
+    start = 33.649614 - 5.308  # the last pass's time less the loop's length
+    assert speed_at(points, 111) == (111, pytest.approx(32.191580 - start, abs=1e-6))
+    assert speed_at(points, 100) == (100, pytest.approx(32.191580 - start, abs=1e-6))  # paid whole
     assert speed_at(points, 177) is None  # never reached: the tool's own figure stands
-    assert timeline("decoded  12 tokens in 1.0 seconds") == []  # no per-pass lines
+    assert timeline("decoded  12 tokens in 1.0 seconds", 1.0) == []  # no per-pass lines
 
 
 def test_a_result_reports_its_first_n_tokens_not_its_overshoot():
     r = peer.PeerResult(tok_per_s=33.158, n_drafted=163, n_accepted=163, n_predict=176, seconds=5.308, raw_cmd=[],
-                        stdout_tail="", timeline=timeline(LOG))
+                        stdout_tail="", timeline=timeline(LOG, 5.308))
     tok_per_s, n, seconds = r.at(100)
     assert n == 100 and seconds == pytest.approx(3.8499, abs=1e-3) and tok_per_s == pytest.approx(100 / 3.8499, rel=1e-3)
     assert r.at(500) == (33.158, 176, 5.308)

@@ -342,7 +342,8 @@ def run_speculative_simple(
         raise PeerRunError(
             f"{SPEC_BIN} exited with code {out.returncode}; tail:\n{both[-TAIL_CHARS:]}"
         )
-    nums = parse_speculative_output(out.stderr + "\n" + out.stdout)
+    logs = out.stderr + "\n" + out.stdout  # -lv 5: hundreds of KB of load logs, joined once
+    nums = parse_speculative_output(logs)
     if options.get("spec_type") == PLAIN and nums["n_drafted"]:
         raise PeerRunError(f"llama.cpp's plain loop ({PLAIN}) drafted {int(nums['n_drafted'])} tokens: prompt and "
                            f"answer exceed {PLAIN_MAX_TOKENS} tokens, where its never-matching n-gram can match")
@@ -359,7 +360,7 @@ def run_speculative_simple(
         wall_seconds=wall,
         draft_max=int(nums["draft_max"]),
         text=extract_generated_text(out.stdout, prompt),
-        timeline=timeline(out.stderr + "\n" + out.stdout),
+        timeline=timeline(logs, nums["seconds"]),
     )
 
 

@@ -8,7 +8,8 @@ its "decoded ... t/s" covered them all, where localspec's tok/s covers 128. The 
 llama.cpp" ratio on the edit sets compared 128 tokens against up to 193 (stops 45-55).
 
 With `-lv 5` the tool logs one timestamped line per pass ("accepted 35/35 draft tokens",
-each pass adds accepted + 1 tokens) and the decode loop's length. From those this module
+each pass adds accepted + 1 tokens); with the decode loop's length (its "decoded" line, which
+peer.parse_speculative_output reads) this module
 rebuilds the loop's timeline and reads the speed at the pass that reaches n tokens, as
 localspec counts its own (its last pass is cut at n and paid whole). The debug level adds
 two log lines per pass to the loop (the logger writes them from its own thread).
@@ -23,7 +24,6 @@ LOG_ARGS = ("-lv", "5", "--log-timestamps")  # the per-pass lines, with their ti
 # '0.31.254.792 D accepted 64/64 draft tokens': minutes.seconds.milliseconds.microseconds
 _TS = r"(\d+)\.(\d+)\.(\d+)\.(\d+)"
 _PASS = re.compile(_TS + r" D accepted (\d+)/(\d+) draft tokens")
-_END = re.compile(_TS + r" I decoded\s+(\d+)\s+tokens in\s+([0-9.]+)\s+seconds")
 
 
 def _seconds(m: re.Match[str]) -> float:
@@ -31,14 +31,15 @@ def _seconds(m: re.Match[str]) -> float:
     return minutes * 60 + secs + ms / 1e3 + us / 1e6
 
 
-def timeline(output: str) -> list[tuple[int, float]]:
-    """(tokens so far, seconds since the decode loop began) after each pass; [] when the
-    output has no per-pass lines (a tool run without LOG_ARGS, or another format)."""
-    end = _END.search(output)
+def timeline(output: str, loop_seconds: float) -> list[tuple[int, float]]:
+    """(tokens so far, seconds since the decode loop began) after each pass, the loop being
+    `loop_seconds` long (the tool's "decoded ... in S seconds"); [] when the output has no
+    per-pass lines (a tool run without LOG_ARGS, or another format)."""
     passes = list(_PASS.finditer(output))
-    if end is None or not passes:
+    if not passes:
         return []
-    start = _seconds(end) - float(end.group(6))  # the line follows the loop's end at once
+    # the loop ends right after its last pass is logged (a few token prints, one seq_rm)
+    start = _seconds(passes[-1]) - loop_seconds
     out, n = [], 0
     for m in passes:
         n += int(m.group(5)) + 1  # the accepted drafts and the target's own token
