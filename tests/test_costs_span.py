@@ -22,8 +22,9 @@ def _true(n: int, pos: int) -> float:
 
 
 def _curve() -> CostCurve:
+    """A curve priced by place, asked at the timing depth (a test moves `where` itself)."""
     sizes = sorted(BASE)
-    return CostCurve(sizes, [BASE[n] for n in sizes])
+    return CostCurve(sizes, [BASE[n] for n in sizes], where=lambda: DEPTH)
 
 
 def test_the_slope_is_read_from_bands_far_enough_apart():
@@ -96,6 +97,7 @@ def test_a_slope_read_over_fewer_positions_does_not_replace_a_better_one():
             c.observe(8, _true(8, pos), pos)
     assert c.k == pytest.approx(K) and c.k_support == 8 * 1200
     later = CostCurve.from_json(c.to_json())
+    later.where = c.where  # not saved: the context's, set where the curve is hooked up
     assert later.k == pytest.approx(K) and later.k_support == 8 * 600
     for pos in (300, 820):  # a narrower reading, half the slope
         for _ in range(3):
@@ -182,3 +184,20 @@ def test_the_slope_is_re_read_only_when_a_band_settles_or_its_minimum_falls():
     assert [fit.add(4, t, 300) for t in (0.10, 0.11, 0.12)] == [False, False, True]  # settled
     assert fit.add(4, 0.12, 310) is False  # nothing new: the decode pays no re-read
     assert fit.add(4, 0.09, 320) is True  # a lower minimum
+
+
+def test_a_recurrent_state_is_priced_and_healed_at_no_place():
+    """A recurrent state's step costs the same at any length: the cost model asks no place
+    for it (costmodel.length_of), and its curve's live timings heal as they are."""
+    from types import SimpleNamespace
+
+    from localspec.backend.memory import Memory
+    from localspec.costmodel import length_of
+
+    assert length_of(SimpleNamespace(memory=Memory.RECURRENT, span=2000)) is None
+    assert length_of(SimpleNamespace(memory=Memory.HYBRID, span=2000))() == 2000  # its attention layers
+    c = CostCurve(sorted(BASE), [BASE[n] for n in sorted(BASE)], where=None)
+    for pos in (100, 1900):
+        for _ in range(3):
+            c.observe(16, BASE[16] * 0.9, pos)  # the same price far in: nothing to fit or remove
+    assert c.k == 0.0 and c.fit.bands == {} and c.quiet(16) == pytest.approx(BASE[16] * 0.9)

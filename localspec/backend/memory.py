@@ -39,6 +39,13 @@ class Memory(Enum):
         """Whether some layers keep a recurrent state (one per sequence, not per position)."""
         return self in (Memory.RECURRENT, Memory.HYBRID)
 
+    @property
+    def attends(self) -> bool:
+        """Whether some layers attend over every position held, so that a decode costs more
+        the longer the context (a recurrent state's step costs the same at any length: the
+        cost model prices no place for it, costmodel/span.py)."""
+        return self is not Memory.RECURRENT
+
     def allows(self) -> str:
         """What this memory allows, in one phrase (--explain, refusals)."""
         if self.has_state:

@@ -127,9 +127,13 @@ def model_steps(
     return cm
 
 
-def length_of(ctx: Context) -> Callable[[], int]:
+def length_of(ctx: Context) -> Callable[[], int] | None:
     """What a curve asks for the context length its prices are at (curves.DEPTH where the
-    context does not say: a test's stand-in)."""
+    context does not say: a test's stand-in); None for a memory whose step costs the same
+    at any length (a recurrent state): the curve then prices and heals no place."""
+    memory = getattr(ctx, "memory", None)
+    if memory is not None and not memory.attends:
+        return None
     return lambda: getattr(ctx, "span", DEPTH)
 
 

@@ -113,7 +113,8 @@ class CostCurve:
     # seconds per row per context position beyond DEPTH (span.py: fitted live, saved)
     k: float = 0.0
     k_support: float = 0.0  # what k was read over (span.py): a new slope must match it
-    # the context length a price is asked at (the context's length now); None: DEPTH
+    # the context length a price is asked at (the context's length now); None: no place is
+    # priced or healed (a recurrent state, a stand-in: costmodel.length_of)
     where: Callable[[], int] | None = field(default=None, repr=False, compare=False)
     fit: SpanFit = field(default_factory=SpanFit, repr=False, compare=False)
 
@@ -165,10 +166,11 @@ class CostCurve:
 
     def observe(self, n: int, seconds: float, pos: int | None = None) -> None:
         """One live timing of an n-token decode (only sizes a draft block can take) whose
-        first row sat at context position `pos` (None: at DEPTH)."""
+        first row sat at context position `pos` (None, or a curve with no `where`: the
+        place is not priced)."""
         if n < 1 or n > self.sizes[-1] or seconds <= 0.0:
             return
-        if pos is not None:
+        if pos is not None and self.where is not None:  # a curve priced by place (span.py)
             seconds = self.at_depth(n, seconds, pos)
             if seconds <= 0.0:
                 return
