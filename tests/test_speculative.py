@@ -272,6 +272,19 @@ def test_greedy_draft_stops_at_low_confidence(smollm2_q4_0_path):
     assert conf(lg, transform_row(lg, greedy)) == pytest.approx(math.exp(2) / (math.exp(2) + 4), rel=1e-6)
     assert _Confidence(greedy, False)(lg, transform_row(lg, greedy)) == 1.0  # no cut-off: row value
 
+    # the cut (only logits within CUT of the top exponentiated) against the full softmax: a
+    # row whose tail is all just below the cut bounds the error; a flat row is exact
+    rng = np.random.default_rng(0)
+    for row in (rng.normal(0.0, 3.0, 151_936).astype(np.float32),
+                np.concatenate([[25.0], np.full(151_935, 25.0 - _Confidence.CUT - 1e-3)]).astype(np.float32),
+                np.zeros(1000, dtype=np.float32)):
+        full = 1.0 / np.exp(row.astype(np.float64) - row.max()).sum()
+        assert conf(row, transform_row(row, greedy)) == pytest.approx(full, rel=4e-4)
+    peaked = rng.normal(0.0, 3.0, 151_936).astype(np.float32)
+    peaked[7] = 40.0  # a confident row: most of the vocabulary is far below the top
+    full = 1.0 / np.exp(peaked.astype(np.float64) - 40.0).sum()
+    assert conf(peaked, transform_row(peaked, greedy)) == pytest.approx(full, rel=1e-6)
+
     ctx = Context(model(smollm2_q4_0_path), n_ctx=512, n_batch=64, n_seq_max=2, threads=1)
     toks = model(smollm2_q4_0_path).tokenize("The list of the ten best", add_special=True)
     lengths = {}

@@ -179,22 +179,26 @@ class _Confidence:
 
     Sampled drafts read it off the transformed row. A greedy row is one-hot (probability 1
     whatever the logits), which would switch the cut-off off exactly where drafts are long;
-    there the confidence is the top probability of the untempered softmax, computed in one
-    reused float32 buffer (no per-step allocation of a vocabulary-sized array).
+    there the confidence is the top probability of the untempered softmax, 1 / sum(exp(l -
+    max)). Only the logits within CUT of the top are exponentiated: a language model's row
+    has a few dozen there (Qwen2.5-Coder 0.5B on code: median 55 of 151,936 within 15), and
+    the rest add at most V * exp(-CUT) to a sum >= 1 (3e-4 relative for V = 152k). The full
+    exp of a row cost 0.3-0.45 ms a draft step here (2-3 % of a 0.5B draft step on 2
+    cores); the cut 0.04 ms. A flat row (the first token of an answer) takes the full path's
+    time, no more.
     """
+
+    CUT = 20.0
 
     def __init__(self, sampling: SamplingConfig, needed: bool) -> None:
         self.raw = sampling.greedy and needed
-        self.buf: np.ndarray | None = None
 
     def __call__(self, logits: np.ndarray, row: SparseRow) -> float:
         if not self.raw:
             return float(row.probs[0])
-        if self.buf is None or self.buf.shape != logits.shape:
-            self.buf = np.empty_like(logits, dtype=np.float32)
-        np.subtract(logits, logits[row.ids[0]], out=self.buf)
-        np.exp(self.buf, out=self.buf)
-        return float(1.0 / self.buf.sum(dtype=np.float64))
+        top = logits[row.ids[0]]
+        near = logits[logits > top - self.CUT]
+        return float(1.0 / np.exp(near - top).sum(dtype=np.float64))
 
 
 def commit_draft(dft: KVState, trie: DraftTrie, k: int, tau: int, correction: int) -> None:
