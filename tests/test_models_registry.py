@@ -112,6 +112,19 @@ def test_check_gguf_real_smollm2(smollm2_path: Path) -> None:
     assert info.n_tensors == 272 and info.architecture == "llama"
 
 
+def test_check_gguf_walks_a_real_vocabulary(smollm2_path: Path, tmp_path: Path) -> None:
+    """The tokenizer's string arrays (49k tokens, 48k merges) are jumped over by their
+    lengths alone: the walk must land exactly where the gguf package says the data starts,
+    and a file cut inside the tokens array is truncated, not corrupt."""
+    import gguf  # a dev dependency (tests/support/tiny_gguf writes with it)
+    info = check_gguf(smollm2_path)
+    assert info.data_offset == gguf.GGUFReader(smollm2_path).data_offset
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(smollm2_path.read_bytes()[:300_000])  # the tokens array spans ~1 KB..1 MB
+    with pytest.raises(BadModelFileError, match="truncated"):
+        check_gguf(cut)
+
+
 def test_resolve_missing_path_names_it_and_the_fix(tmp_path: Path) -> None:
     missing = tmp_path / "sub" / "model.gguf"
     with pytest.raises(ModelNotFoundError) as e:
