@@ -25,6 +25,7 @@ from localspec.bench.common import (
     write_json,
 )
 from localspec.bench.common import session_options as bench_options
+from localspec.bench.peer_best import best_peer as pick_peer
 from localspec.bench.runner import PEER, Job, Run, Runner, Spec, peer_paths, spec
 
 
@@ -276,7 +277,8 @@ def main(a: argparse.Namespace) -> int:
         raise ConfigError("auto-cold is auto's first turn without the shipped priors: add --first-turn "
                           "(later turns learn the same way with or without them)")
     peer_specs = [Spec(PEER, 1, a.peer_draft_max, a.temp, proposers=t) for t in a.peer_spec_types]
-    peer_spec = peer_specs[0]
+    if a.peer_best is not None and a.peer_best not in a.peer_spec_types:  # before an hour of runs
+        raise ConfigError(f"--peer-best {a.peer_best}: not in --peer-spec-types ({' '.join(a.peer_spec_types)})")
     models = peer_paths(a.peer, target, draft)
     sess = open_session(target, draft, bench_options(a))
     jobs = make_jobs(prompts, configs, peer_specs, a.repeats, a.order)
@@ -286,9 +288,9 @@ def main(a: argparse.Namespace) -> int:
         sess.close()
     ran_peers = [s.label for s in peer_specs if any(r.label == s.label for r in results)]
     labels = [c.label for c in configs] + ran_peers
-    # the llama.cpp column the ratios are taken to: its fastest setting here (median tok/s)
-    best_peer = max(ran_peers, key=lambda lb: statistics.median(r.tok_per_s for r in results if r.label == lb),
-                    default=peer_spec.label)
+    # the llama.cpp column the ratios are taken to (bench/peer_best.py: a column that drafted
+    # nothing is the plain loop; --peer-best names one chosen on the tuning half)
+    best_peer, peer_notes = pick_peer(results, peer_specs, a.peer_best)
     md, summary = table(results, labels, [j.prompt.id for j in jobs], best_peer)
     greedy_same = greedy_identical(results) if a.temp == 0 else None
     head = (
@@ -297,6 +299,8 @@ def main(a: argparse.Namespace) -> int:
     )
     print(head)
     print(md)
+    for line in peer_notes:
+        print(line)
     if greedy_same is not None:
         print(f"greedy outputs identical across localspec methods: {sum(greedy_same.values())}/{len(greedy_same)} prompts")
     multi_md, multi = multi_vs_single(results, configs)
@@ -328,6 +332,7 @@ def main(a: argparse.Namespace) -> int:
         "runs": [r.to_json() for r in results],
         "greedy_identical": greedy_same,
         "table_markdown": md,
+        "peer_column": {"label": best_peer, "why": peer_notes},
         "multi_vs_single": multi,
         "predicted_vs_measured": pred,
         "constrained": con,
@@ -383,7 +388,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peer-spec-types", nargs="+", default=["draft-simple"], metavar="TYPE[,TYPE]",
                    help="llama.cpp --spec-type settings to run side by side (e.g. draft-simple ngram-simple "
                    "ngram-map-k ngram-mod draft-simple,ngram-mod; none: its plain loop, no drafts); ratios are "
-                   "taken to the fastest")
+                   "taken to the fastest (a setting that drafted nothing counts as `none` when it ran)")
+    p.add_argument("--peer-best", default=None, metavar="TYPE",
+                   help="take the llama.cpp ratios to this --spec-type's column, chosen on the tuning half "
+                        "(a report half's own fastest of several plain-loop-like columns is its noise)")
     p.add_argument("--peer-p-min", type=float, default=0.75, help="peer --spec-draft-p-min (its default 0.75)")
     p.add_argument("--quick", action="store_true", help="3 prompts x 64 tokens smoke run")
     p.add_argument("--out", default=None, help="write JSON results here")
