@@ -6,6 +6,7 @@ scripts/build_llama_cpp_peer.sh has built it, one small real llama-server run.""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -180,14 +181,33 @@ def test_rss_reader_and_process_tree(tmp_path: Path) -> None:
 
 
 def test_tree_rss_sees_a_child_process() -> None:
-    child = subprocess.Popen(["sleep", "30"])
+    """A shell and its two sleeping children: every RSS in the tree is still, so the sum is
+    exact (the test's own interpreter moved 90 MB between two reads under xdist)."""
+    shell = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30; wait"])
     try:
-        time.sleep(0.2)
-        me, kid = read_rss_kib(os.getpid()), read_rss_kib(child.pid)
-        assert kid > 0 and tree_rss_kib(os.getpid()) >= me + kid
+        kids: list[int] = []
+        for _ in range(50):  # the shell forks its children a moment after it starts
+            time.sleep(0.05)
+            kids = [int(d.name) for d in Path("/proc").glob("[0-9]*")
+                    if _ppid(d) == shell.pid]
+            if len(kids) == 2:
+                break
+        assert len(kids) == 2
+        parts = [read_rss_kib(shell.pid)] + [read_rss_kib(k) for k in kids]
+        assert all(p > 0 for p in parts) and tree_rss_kib(shell.pid) == sum(parts)
     finally:
-        child.kill()
-        child.wait()
+        for k in kids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(k, 9)
+        shell.kill()
+        shell.wait()
+
+
+def _ppid(d: Path) -> int:
+    try:
+        return int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
 
 
 # --------------------------------------------------------------------------- a scripted SSE server
