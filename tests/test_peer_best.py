@@ -61,3 +61,13 @@ def test_peer_best_outside_the_spec_types_stops_before_any_run(capsys) -> None:
     err = capsys.readouterr().err
     assert rc == 2 and "--peer-best ngram-mod: not in --peer-spec-types" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_column_without_draft_counts_is_not_called_a_plain_loop() -> None:
+    """A log that gave no count says nothing: the column competes on its speed."""
+    rs = runs({"none": [26, 26, 26], "ngram-mod": [28, 28, 28]}, {})
+    for r in rs:
+        if r.label == SPECS[2].label:
+            r.extra.pop("drafted")
+    assert drafted(rs, SPECS[2].label) is None
+    assert best_peer(rs, SPECS)[0] == SPECS[2].label

@@ -26,9 +26,13 @@ from localspec.errors import ConfigError
 PLAIN = "none"  # llama.cpp's --spec-type for its loop without drafts
 
 
-def drafted(results: Sequence[Run], label: str) -> int:
-    """Tokens llama.cpp drafted over all prompts in column `label` (its log's count)."""
-    return sum(int(r.extra.get("drafted", 0) or 0) for r in results if r.label == label)
+def drafted(results: Sequence[Run], label: str) -> int | None:
+    """Tokens llama.cpp drafted over all prompts in column `label` (its log's count); None
+    when a run's log gave no count (then nothing is concluded from it)."""
+    counts = [r.extra.get("drafted") for r in results if r.label == label]
+    if any(c is None for c in counts):
+        return None
+    return sum(int(c) for c in counts)
 
 
 def best_peer(results: Sequence[Run], specs: Sequence[Spec], fixed: str | None = None) -> tuple[str, list[str]]:
