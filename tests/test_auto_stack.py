@@ -114,7 +114,8 @@ def test_auto_stacks_where_the_verify_rows_are_nearly_free(smollm2_path, smollm2
     # --explain says what it learned, per match length and origin
     said = next(ln for ln in s.explain(cfg).splitlines() if "stacked beside the draft model" in ln)
     for key in gate.gain:
-        assert f"match {key[1]} in the {key[2]}: +{gate.stack_gain(key):.2f} (n={gate.gain_trials[key]:.0f})" in said
+        where = f"match {key[1]} in the {key[2]}" + (" inside a long copy" if "long" in key[3:] else "")
+        assert f"{where}: +{gate.stack_gain(key):.2f} (n={gate.gain_trials[key]:.0f})" in said
     iters = sources_agree_with_stats(events, st)  # each kept span names who drafted it
     assert iters.get("draft", 0) > 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from localspec.config import GenConfig
+from localspec.costmodel import priors
 from localspec.costmodel.acceptance import N_BINS, Acceptance
 from localspec.costmodel.curves import CostCurve
 from localspec.costmodel.lookup import LONG_RUN, LOOKUP_LONG_L, LOOKUP_MAX_L, LookupGate
@@ -94,8 +95,14 @@ def _stack_line(gate: LookupGate | None, kind: str) -> list[str]:
         return []
     assert gate is not None
     return [f"  {kind} stacked beside the draft model, tokens it adds per iteration (learned): "
-            + ", ".join(f"match {' in the '.join(map(str, n[1:]))}: +{gate.stack_gain(n):.2f} (n={gate.gain_trials[n]:.0f})"
-                        for n in gains)]
+            + ", ".join(f"{key_words(n)}: +{gate.stack_gain(n):.2f} (n={gate.gain_trials[n]:.0f})" for n in gains)]
+
+
+def key_words(n: tuple) -> str:
+    """A gate key in words: ('ngram', 8, 'prompt', 'long') -> "match 8 in the prompt inside a
+    long copy" (before, "match 8 in the prompt in the long")."""
+    where = [f"in the {p}" for p in n[2:] if p != priors.LONG]
+    return " ".join([f"match {n[1]}", *where, *(["inside a long copy"] if priors.LONG in n[2:] else [])])
 
 
 def _drafts(gate: LookupGate, target: CostCurve, key: tuple) -> str:
