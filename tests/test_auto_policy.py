@@ -56,7 +56,7 @@ def make_turn(history: list[int], cm: CostModel, behind: int = 0, remaining: int
     target.tokens = list(history)
     draft.tokens = list(history[:len(history) - behind])  # the draft's cache: caught up unless told
     return NS(cfg=cfg, stats=Stats(method="auto"), costs=cm, target=target, draft=draft,
-              emitter=NS(remaining=remaining))
+              emitter=NS(remaining=remaining, done=None))
 
 
 def result(tau: int, drafted: int, token: int = 0) -> IterationResult:

@@ -284,7 +284,7 @@ class AutoPolicy:
                     self.stacks.learn_draft(bet.key, bet.tokens, plan.settings.L)
             cm.overhead = 0.9 * cm.overhead + 0.1 * res.overhead_seconds
         self.since += 1
-        if self.turn.emitter.remaining <= 0:
+        if self.turn.emitter.done is not None:  # the budget spent, an end token, a stop word
             self._say()  # the turn is over: a decision now would only rewrite its note
             return
         if (self.settings is not None and self.since >= RECHECK_EVERY and not _needs_ar(cm)) or self.probe:
